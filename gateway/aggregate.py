@@ -1,0 +1,320 @@
+"""index_group and sequence: concurrent lookups with deadlines, merge, honest errors.
+
+An :class:`IndexGroup` queries its members concurrently inside an
+``asyncio.TaskGroup``, each under its own ``asyncio.timeout(timeout_s)``; a
+member that fails or times out is reported in ``errors`` and never counted as
+"no captures". Each member's stream is reduced by the query first (filters,
+time range, order, limit: at most ``limit`` records per member), then the
+members are merged:
+
+- ascending: by (urlkey, timestamp), ties to the member listed first;
+- closest: by distance to ``closest`` in seconds, ties as above;
+- reverse: by (urlkey, timestamp) descending, ties as above.
+
+A group of one member streams its answer instead (the deadline covers the
+first record). A :class:`Step` is a group plus its resource loaders; a
+:class:`Collection` is a list of steps tried in order (pywb ``sequence``;
+unlike pywb, an empty or failed step falls through to the next for the Index
+API too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from gateway import cdxops
+from gateway.cdxj import CdxRecord
+from gateway.errors import (
+    AllSourcesFailed,
+    BadRequest,
+    SourceError,
+    SourceSkipped,
+    SourceUnavailable,
+)
+from gateway.loaders.base import ResourceLoader
+from gateway.query import CaptureQuery
+from gateway.sources.base import IndexSource
+
+__all__ = ["Breaker", "Collection", "IndexGroup", "Lookup", "Step"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Lookup:
+    """The answer of one step: processed records and per-source failures.
+
+    ``records`` is already filtered, ordered and limited by the query.
+    ``errors`` maps a member name to why it failed; ``failed_all`` is true
+    when every queried member failed (the API answers 503, not "no captures").
+    """
+
+    records: AsyncIterator[CdxRecord]
+    errors: dict[str, str] = field(default_factory=dict)
+    failed_all: bool = False
+    #: The first record, already read from ``records`` (None: the answer is empty).
+    first: CdxRecord | None = None
+
+    async def __aiter__(self) -> AsyncIterator[CdxRecord]:
+        if self.first is not None:
+            yield self.first
+        async for record in self.records:
+            yield record
+
+
+@dataclass(slots=True)
+class Breaker:
+    """Per-member circuit breaker: after ``threshold`` consecutive timeouts or
+    unavailability, skip the member for ``cooldown_s`` seconds (or the
+    upstream ``Retry-After``, when longer).
+
+    State is visible on the status endpoint through :meth:`state`.
+    """
+
+    threshold: int = 3
+    cooldown_s: float = 30.0
+    failures: int = 0
+    open_until: float = 0.0
+    last_reason: str = ""
+
+    def check(self, name: str) -> None:
+        """Raise :class:`SourceSkipped` while the breaker is open."""
+        remaining = self.open_until - time.monotonic()
+        if remaining > 0:
+            raise SourceSkipped(
+                name,
+                f"skipped by circuit breaker for {remaining:.1f} s more "
+                f"after {self.failures} failures (last: {self.last_reason})",
+            )
+
+    def record_success(self) -> None:
+        self.failures = 0
+        self.open_until = 0.0
+
+    def record_failure(self, reason: str, retry_after_s: float | None = None) -> None:
+        self.failures += 1
+        self.last_reason = reason
+        if retry_after_s is not None and retry_after_s > 0:
+            self.open_until = time.monotonic() + max(retry_after_s, 0.0)
+        elif self.failures >= self.threshold:
+            self.open_until = time.monotonic() + self.cooldown_s
+
+    def state(self) -> dict[str, object]:
+        """``{"state": "closed"|"open", "failures": int, "retry_in_s": float, ...}``."""
+        remaining = max(0.0, self.open_until - time.monotonic())
+        return {
+            "state": "open" if remaining > 0 else "closed",
+            "failures": self.failures,
+            "retry_in_s": round(remaining, 3),
+            "last_failure": self.last_reason,
+        }
+
+
+def _tag(records: AsyncIterator[CdxRecord], name: str) -> AsyncIterator[CdxRecord]:
+    """Set ``source`` (``name`` or ``name:sub``) and ``source-coll`` as pywb does."""
+
+    async def tagged() -> AsyncIterator[CdxRecord]:
+        async for record in records:
+            sub = record.fields.get("source")
+            record.fields["source"] = f"{name}:{sub}" if sub else name
+            record.fields["source-coll"] = name
+            yield record
+
+    return tagged()
+
+
+class IndexGroup:
+    """Members queried concurrently under a per-member deadline (pywb ``index_group``).
+
+    ``members`` keep config order: that order breaks ties in the merge.
+    """
+
+    def __init__(self, members: Sequence[IndexSource], timeout_s: float = 5.0) -> None:
+        self.members = list(members)
+        self.timeout_s = timeout_s
+        self.breakers = {member.name: Breaker() for member in self.members}
+
+    def select(self, query: CaptureQuery) -> list[tuple[int, IndexSource]]:
+        """Members chosen by ``sources=`` (``a,b`` or ``!a``), with config positions.
+
+        Raises :class:`BadRequest` for a name that is not a member.
+        """
+        indexed = list(enumerate(self.members))
+        if not query.sources:
+            return indexed
+        names = {member.name for member in self.members}
+        unknown = [name for name in query.sources if name not in names]
+        if unknown:
+            raise BadRequest(
+                "sources",
+                f"unknown source {unknown[0]!r}; expected one of {', '.join(sorted(names))}",
+            )
+        wanted = set(query.sources)
+        if query.exclude_sources:
+            return [(i, m) for i, m in indexed if m.name not in wanted]
+        return [(i, m) for i, m in indexed if m.name in wanted]
+
+    async def lookup(self, query: CaptureQuery) -> Lookup:
+        """Query the selected members; see the module docstring for order and errors."""
+        selected = self.select(query)
+        if len(selected) == 1:
+            return await self._lookup_one(selected[0][1], query)
+        results: dict[int, list[CdxRecord]] = {}
+        errors: dict[str, str] = {}
+
+        async def run(position: int, member: IndexSource) -> None:
+            try:
+                results[position] = await self._collect(member, query)
+            except SourceError as exc:
+                errors[member.name] = exc.reason
+
+        async with asyncio.TaskGroup() as group:
+            for position, member in selected:
+                group.create_task(run(position, member))
+        merged = iter(_merge(results, query))
+        first = next(merged, None)
+        failed_all = bool(selected) and len(errors) == len(selected)
+        return Lookup(cdxops.from_iterable(merged), errors, failed_all, first)
+
+    def _fail(self, member: IndexSource, exc: BaseException) -> SourceError:
+        breaker = self.breakers[member.name]
+        if isinstance(exc, SourceSkipped):
+            return exc
+        if isinstance(exc, TimeoutError):
+            error: SourceError = SourceUnavailable(
+                member.name, f"timeout after {self.timeout_s:g} s"
+            )
+            breaker.record_failure(error.reason)
+            return error
+        assert isinstance(exc, SourceError)
+        retry_after = exc.retry_after_s if isinstance(exc, SourceUnavailable) else None
+        breaker.record_failure(exc.reason, retry_after)
+        return exc
+
+    async def _collect(self, member: IndexSource, query: CaptureQuery) -> list[CdxRecord]:
+        breaker = self.breakers[member.name]
+        breaker.check(member.name)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                stream = cdxops.process(_tag(member.lookup(query), member.name), query)
+                records = [record async for record in stream]
+        except (TimeoutError, SourceError) as exc:
+            raise self._fail(member, exc) from exc
+        breaker.record_success()
+        return records
+
+    async def _lookup_one(self, member: IndexSource, query: CaptureQuery) -> Lookup:
+        breaker = self.breakers[member.name]
+        try:
+            breaker.check(member.name)
+            stream = cdxops.process(_tag(member.lookup(query), member.name), query)
+            async with asyncio.timeout(self.timeout_s):
+                first = await anext(stream, None)
+        except (TimeoutError, SourceError) as exc:
+            error = self._fail(member, exc)
+            return Lookup(cdxops.from_iterable(()), {member.name: error.reason}, True)
+        breaker.record_success()
+        return Lookup(_guard_tail(stream, member.name), {}, False, first)
+
+    def describe_members(self) -> list[tuple[str, str]]:
+        return [(member.name, member.describe()) for member in self.members]
+
+    async def aclose(self) -> None:
+        for member in self.members:
+            await member.aclose()
+
+
+async def _guard_tail(stream: AsyncIterator[CdxRecord], name: str) -> AsyncIterator[CdxRecord]:
+    """Stream the rest of a single member's answer; a failure after the first
+    record ends the stream early (the status line is already sent) and is logged."""
+    try:
+        async for record in stream:
+            yield record
+    except SourceError as exc:
+        logger.warning("source %s failed mid-stream: %s", name, exc.reason)
+
+
+def _merge(results: dict[int, list[CdxRecord]], query: CaptureQuery) -> list[CdxRecord]:
+    """Merge per-member answers (each already ordered and limited) into one list."""
+    items: list[tuple[object, CdxRecord]] = []
+    if query.sort == "closest" and query.closest:
+        target = cdxops.timestamp_to_seconds(query.closest)
+        for position, records in results.items():
+            for order, record in enumerate(records):
+                distance = abs(cdxops.timestamp_to_seconds(record.timestamp) - target)
+                items.append(((distance, position, order), record))
+        items.sort(key=lambda item: item[0])  # type: ignore[arg-type,return-value]
+        return [record for _, record in items[: query.limit]]
+    streams = [
+        [
+            (record.urlkey, record.timestamp, position, order, record)
+            for order, record in enumerate(r)
+        ]
+        for position, r in sorted(results.items())
+    ]
+    if query.sort == "reverse":
+        merged = heapq.merge(*streams, key=lambda t: (t[0], t[1], -t[2], -t[3]), reverse=True)
+    else:
+        merged = heapq.merge(*streams, key=lambda t: (t[0], t[1], t[2], t[3]))
+    out: list[CdxRecord] = []
+    for item in merged:
+        if len(out) >= query.limit:
+            break
+        out.append(item[4])
+    return out
+
+
+@dataclass(slots=True)
+class Step:
+    """One step of a collection: an index (group) and the loaders for its captures."""
+
+    name: str
+    index: IndexGroup
+    loaders: list[ResourceLoader]
+
+    async def aclose(self) -> None:
+        await self.index.aclose()
+
+
+@dataclass(slots=True)
+class Collection:
+    """A named collection: steps tried in order (one step when not a ``sequence``)."""
+
+    name: str
+    steps: list[Step]
+    is_sequence: bool = False
+
+    async def lookup(self, query: CaptureQuery) -> tuple[Step | None, Lookup]:
+        """The first step whose answer is not empty, and that answer.
+
+        Errors of every step tried are carried in ``Lookup.errors``. When no
+        step answered and every source of every step failed, raises
+        :class:`AllSourcesFailed` (HTTP 503) instead of claiming "no captures".
+        A step that is empty or failed falls through to the next (unlike pywb,
+        whose Index API stops at the first step of a sequence).
+        """
+        errors: dict[str, str] = {}
+        failed_all = True
+        for step in self.steps:
+            answer = await step.index.lookup(query)
+            errors.update(answer.errors)
+            if answer.first is not None:
+                answer.errors = errors
+                return step, answer
+            failed_all = failed_all and answer.failed_all
+        if failed_all and errors:
+            raise AllSourcesFailed(
+                f"every source of collection {self.name!r} failed; "
+                "this is not an empty answer, retry later",
+                errors,
+            )
+        return None, Lookup(cdxops.from_iterable(()), errors)
+
+    async def aclose(self) -> None:
+        for step in self.steps:
+            await step.aclose()

@@ -1,0 +1,187 @@
+"""The Resource API: ``GET|HEAD /{coll}/resource``, one WARC record per lookup.
+
+Captures are tried in the query's order (closest first when ``closest`` is
+given), each with the loaders of the step that found it; the first record
+that loads streams out as ``application/warc-record`` with pywb warcserver's
+headers:
+
+- ``Warcserver-Cdx``: the capture's CDXJ line,
+- ``Warcserver-Source-Coll``: its ``source``,
+- ``Warcserver-Type: warc``,
+- ``WARC-Target-URI``, ``Link: <uri>; rel="original"``,
+- ``Memento-Datetime`` (RFC 7089 §2.1.1) from the record's WARC-Date,
+- ``Content-Length`` whenever the record's size is known,
+- ``ResErrors``: JSON ``{name: reason}`` of sources and captures that failed
+  before the one served (documented in the README).
+
+When nothing loads the answer is 404 with every failure in the JSON body
+(503 when every source failed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+from aiohttp import web
+
+from gateway.aggregate import Collection, Step
+from gateway.api.common import (
+    ERRORS_HEADER,
+    STEP_HEADER,
+    collection_for,
+    errors_header_value,
+    query_params,
+)
+from gateway.cdxj import CdxRecord
+from gateway.errors import AllSourcesFailed, LoadError, NotFound
+from gateway.loaders.base import LoadContext, LoadedRecord, WrappedRequest
+from gateway.memento import iso_to_timestamp, link_value, timestamp_to_http_date
+from gateway.query import CaptureQuery, CdxFilter, parse_query
+
+__all__ = ["find_record", "resource_handler", "send_record"]
+
+logger = logging.getLogger(__name__)
+
+_NOT_REVISIT = CdxFilter.parse("!mime:warc/revisit")
+
+
+def _capture_name(capture: CdxRecord) -> str:
+    return f"{capture.source or '?'} {capture.timestamp} {capture.url}"
+
+
+class _OriginalFinder:
+    """``find_original`` for one step: non-revisit captures of a URL with a
+    payload digest, closest to a time first (pywb ``load_cdx_for_dupe``)."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+
+    def __call__(self, url: str, timestamp: str, digest: str) -> AsyncIterator[CdxRecord]:
+        return self._find(url, timestamp, digest)
+
+    async def _find(self, url: str, timestamp: str, digest: str) -> AsyncIterator[CdxRecord]:
+        filters = [_NOT_REVISIT]
+        bare = digest.split(":", 1)[-1] if digest and digest != "-" else ""
+        if bare:
+            filters.append(CdxFilter("digest", "contains", bare, False))
+        try:
+            query = CaptureQuery.for_url(url, closest=timestamp, filters=filters, limit=20)
+        except ValueError:
+            return
+        answer = await self.step.index.lookup(query)
+        async for record in answer:
+            yield record
+
+
+async def find_record(
+    collection: Collection,
+    query: CaptureQuery,
+    request: WrappedRequest | None = None,
+) -> tuple[Step, LoadedRecord, dict[str, str]]:
+    """Look up ``query`` step by step and load the first capture that loads.
+
+    A step whose captures all fail to load falls through to the next step
+    (pywb ``HandlerSeq``). Returns the step, the loaded record (the caller
+    must ``aclose`` it) and the failures met on the way. Raises
+    :class:`NotFound` (404) listing every failure when no capture loads, or
+    :class:`AllSourcesFailed` (503) when every source of every step failed.
+    """
+    errors: dict[str, str] = {}
+    failed_all = True
+    tried_any = False
+    for step in collection.steps:
+        answer = await step.index.lookup(query)
+        errors.update(answer.errors)
+        failed_all = failed_all and answer.failed_all
+        ctx = LoadContext(
+            request_url=query.url,
+            find_original=_OriginalFinder(step),
+            request=request or WrappedRequest(),
+        )
+        async for capture in answer:
+            tried_any = True
+            loaded = await _load_capture(step, capture, ctx, errors)
+            if loaded is not None:
+                return step, loaded, errors
+    if failed_all and errors and not tried_any:
+        raise AllSourcesFailed(
+            f"every source of collection {collection.name!r} failed; "
+            "this is not an empty answer, retry later",
+            errors,
+        )
+    message = (
+        f"no capture of {query.url} could be loaded"
+        if tried_any
+        else f"no captures of {query.url} in collection {collection.name!r}"
+    )
+    raise NotFound(message, errors)
+
+
+async def _load_capture(
+    step: Step, capture: CdxRecord, ctx: LoadContext, errors: dict[str, str]
+) -> LoadedRecord | None:
+    accepted = False
+    for loader in step.loaders:
+        if not loader.accepts(capture):
+            continue
+        accepted = True
+        try:
+            return await loader.load(capture, ctx)
+        except LoadError as exc:
+            errors[_capture_name(capture)] = exc.message
+    if not accepted:
+        errors[_capture_name(capture)] = (
+            f"no resource loader of step {step.name!r} can load filename "
+            f"{capture.filename or '-'!r}; configure 'resource:' for it"
+        )
+    return None
+
+
+def record_headers(step: Step, loaded: LoadedRecord, errors: dict[str, str]) -> dict[str, str]:
+    """pywb warcserver's Resource API headers for ``loaded`` (see module docstring)."""
+    capture = loaded.capture
+    headers = {
+        "Content-Type": "application/warc-record",
+        "Warcserver-Type": "warc",
+        "Warcserver-Cdx": capture.to_cdxj().rstrip("\n"),
+        "Warcserver-Source-Coll": quote(capture.source, safe=":/"),
+        "WARC-Target-URI": loaded.target_uri,
+        "Link": link_value(loaded.target_uri, "original"),
+    }
+    try:
+        headers["Memento-Datetime"] = timestamp_to_http_date(iso_to_timestamp(loaded.warc_date))
+    except ValueError:
+        headers["Memento-Datetime"] = timestamp_to_http_date(capture.timestamp)
+    if loaded.content_length is not None:
+        headers["Content-Length"] = str(loaded.content_length)
+    if errors:
+        headers[ERRORS_HEADER] = errors_header_value(errors)
+    headers[STEP_HEADER] = step.name
+    return headers
+
+
+async def send_record(
+    request: web.Request, step: Step, loaded: LoadedRecord, errors: dict[str, str]
+) -> web.StreamResponse:
+    """Stream ``loaded`` as the response (headers only for HEAD); always closes it."""
+    try:
+        response = web.StreamResponse(headers=record_headers(step, loaded, errors))
+        await response.prepare(request)
+        if request.method != "HEAD":
+            await response.write(loaded.warc_headers + loaded.http_headers)
+            async for chunk in loaded.body:
+                await response.write(chunk)
+        await response.write_eof()
+        return response
+    finally:
+        await loaded.aclose()
+
+
+async def resource_handler(request: web.Request) -> web.StreamResponse:
+    """``GET|HEAD /{coll}/resource?url=...``: the first capture that loads, as a WARC record."""
+    collection = collection_for(request)
+    query = parse_query(query_params(request))
+    step, loaded, errors = await find_record(collection, query)
+    return await send_record(request, step, loaded, errors)

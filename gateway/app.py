@@ -1,0 +1,139 @@
+"""create_app(config) -> aiohttp Application.
+
+The app owns the shared clients (one ``aiohttp.ClientSession``, Redis pools)
+through ``cleanup_ctx``, the collections built from the config, the routes of
+every API and the one error middleware that renders
+:class:`~gateway.errors.GatewayError` as ``{"message": ..., "errors": {...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from gateway.aggregate import Collection, IndexGroup, Step
+from gateway.api.common import ERRORS_HEADER, errors_header_value
+from gateway.api.index import index_handler
+from gateway.api.resource import resource_handler
+from gateway.api.status import health_handler, root_handler, status_handler
+from gateway.clients import SharedClients
+from gateway.config import CollectionConfig, GatewayConfig
+from gateway.errors import ConfigError, GatewayError
+from gateway.keys import CLIENTS, COLLECTIONS, CONFIG
+from gateway.loaders.base import ResourceLoader
+from gateway.loaders.resolvers import RESOLVER_TYPES
+from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
+from gateway.sources import SOURCE_TYPES
+from gateway.sources.base import IndexSource
+
+__all__ = ["build_collection", "build_collections", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def build_collection(config: CollectionConfig, clients: SharedClients) -> Collection:
+    """Turn one collection's config into steps of sources and loaders.
+
+    Raises :class:`ConfigError` (with the YAML path) when a source or
+    resolver rejects its settings, e.g. an index path that does not exist.
+    """
+    steps = []
+    for step_config in config.steps:
+        members: list[IndexSource] = []
+        for member_name, spec in step_config.members:
+            factory = SOURCE_TYPES[spec.type]
+            try:
+                members.append(factory.from_config(spec.config, name=member_name, clients=clients))
+            except ValueError as exc:
+                raise ConfigError(spec.path, str(exc)) from exc
+        resolvers = []
+        for resolver_spec in step_config.resolvers:
+            resolver_factory = RESOLVER_TYPES[resolver_spec.type]
+            try:
+                resolvers.append(
+                    resolver_factory.from_config(resolver_spec.config, clients=clients)
+                )
+            except ValueError as exc:
+                raise ConfigError(resolver_spec.path, str(exc)) from exc
+        loaders: list[ResourceLoader] = []
+        if resolvers:
+            warc_config = WarcLoaderConfig(
+                resolvers=tuple(spec.config for spec in step_config.resolvers)
+            )
+            loaders.append(WarcLoader(warc_config, clients=clients, resolvers=resolvers))
+        for member in members:
+            loaders.extend(member.resource_loaders())
+        group = IndexGroup(members, timeout_s=step_config.timeout_s)
+        steps.append(Step(step_config.name, group, loaders))
+    return Collection(config.name, steps, is_sequence=config.is_sequence)
+
+
+def build_collections(config: GatewayConfig, clients: SharedClients) -> dict[str, Collection]:
+    """Every collection of ``config``, in file order; raises :class:`ConfigError`."""
+    return {name: build_collection(coll, clients) for name, coll in config.collections.items()}
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render GatewayError and HTTP errors as JSON; never leak a traceback."""
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        if exc.status >= 500:
+            logger.error("%s %s -> %d: %s", request.method, request.path_qs, exc.status, exc)
+        headers = {ERRORS_HEADER: errors_header_value(exc.errors)} if exc.errors else {}
+        return web.json_response(exc.to_json(), status=exc.status, headers=headers, dumps=_dumps)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return web.json_response(
+            {"message": f"{exc.reason}: {request.method} {request.path}"},
+            status=exc.status,
+            headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
+        )
+
+
+def _dumps(obj: object) -> str:
+    return json.dumps(obj, indent=None)
+
+
+def create_app(
+    config: GatewayConfig,
+    *,
+    collections: dict[str, Collection] | None = None,
+    clients: SharedClients | None = None,
+) -> web.Application:
+    """The gateway application for ``config``.
+
+    ``collections``/``clients`` may be passed when already built (``gateway
+    serve`` builds them before binding so config errors stop start-up).
+    """
+    clients = clients or SharedClients(config.client)
+    if collections is None:
+        collections = build_collections(config, clients)
+    app = web.Application(middlewares=[error_middleware])
+    app[CONFIG] = config
+    app[CLIENTS] = clients
+    app[COLLECTIONS] = collections
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        await app[CLIENTS].start()
+        try:
+            yield
+        finally:
+            for collection in app[COLLECTIONS].values():
+                await collection.aclose()
+            await app[CLIENTS].close()
+
+    app.cleanup_ctx.append(lifecycle)
+    app.router.add_get("/", root_handler)
+    app.router.add_get("/_status", status_handler)
+    app.router.add_get("/_health", health_handler)
+    app.router.add_get("/{coll}/index", index_handler)
+    app.router.add_get("/{coll}/resource", resource_handler)  # GET also answers HEAD
+    return app

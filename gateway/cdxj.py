@@ -1,0 +1,274 @@
+"""CDXJ and legacy CDX lines: parsing, serializing, urlkeys.
+
+A capture is one :class:`CdxRecord`: ``urlkey``, 14-digit ``timestamp`` and an
+ordered mapping of the CDXJ JSON block, with the keys cdxj-indexer writes
+(``url mime status digest length offset filename``) plus what the gateway
+adds (``source``, ``source-coll``, ``load_url``).
+
+Formats read (pywb ``CDXObject``):
+
+- CDXJ: ``urlkey timestamp {json}``
+- legacy CDX with 9, 10 or 11 space-separated fields (and the 7-field public
+  format), mapped to the same names as pywb maps them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+import surt
+
+__all__ = [
+    "FIELD_ALIASES",
+    "CdxFormatError",
+    "CdxRecord",
+    "canonical_urlkey",
+]
+
+URLKEY: Final = "urlkey"
+TIMESTAMP: Final = "timestamp"
+
+#: Legacy CDX layouts by field count (pywb ``CDXObject.CDX_FORMATS``).
+_CDX_FORMATS: Final[dict[int, tuple[str, ...]]] = {
+    7: ("url", "mime", "status", "digest", "length"),
+    9: ("url", "mime", "status", "digest", "redirect", "offset", "filename"),
+    10: ("url", "mime", "status", "digest", "redirect", "robotflags", "offset", "filename"),
+    11: (
+        "url",
+        "mime",
+        "status",
+        "digest",
+        "redirect",
+        "robotflags",
+        "length",
+        "offset",
+        "filename",
+    ),
+}
+
+#: Alternative field names accepted in ``filter`` and ``fl`` (pywb and IA names).
+#: pywb maps ``s`` to length by accident of a duplicate dict key; here ``s`` is
+#: the status code, as in the IA CDX server.
+FIELD_ALIASES: Final[dict[str, str]] = {
+    "u": "url",
+    "original": "url",
+    "statuscode": "status",
+    "s": "status",
+    "mimetype": "mime",
+    "m": "mime",
+    "l": "length",
+    "o": "offset",
+    "d": "digest",
+    "t": "timestamp",
+    "k": "urlkey",
+    "f": "filename",
+}
+
+
+class CdxFormatError(ValueError):
+    """A line is neither CDXJ nor a known legacy CDX layout."""
+
+
+def canonical_urlkey(url: str) -> str:
+    """Return the SURT urlkey of ``url`` with pywb's canonicalization.
+
+    Scheme, ``www.``, default port, case and query-parameter order do not
+    change the key (``surt`` package defaults, as pywb and cdxj-indexer use).
+
+    >>> canonical_urlkey("http://www.Example.com:80/a?b=2&a=1")
+    'com,example)/a?a=1&b=2'
+    >>> canonical_urlkey("https://example.com/a?a=1&b=2")
+    'com,example)/a?a=1&b=2'
+
+    Raises :class:`ValueError` when the URL cannot be canonicalized.
+    """
+    try:
+        key = surt.surt(url)
+    except Exception as exc:  # surt raises assorted errors on junk input
+        if url.startswith("urn:"):
+            return url
+        raise ValueError(f"cannot canonicalize URL {url!r}: {exc}") from exc
+    return str(key)
+
+
+class CdxRecord:
+    """One capture from an index.
+
+    ``fields`` preserves the order of the source line's JSON block; values are
+    strings as pywb keeps them (an integer ``status`` is converted). Records
+    order by ``(urlkey, timestamp)``; ties are broken by the aggregator, never
+    by the text of the line.
+    """
+
+    __slots__ = ("fields", "timestamp", "urlkey")
+
+    def __init__(self, urlkey: str, timestamp: str, fields: dict[str, str]) -> None:
+        self.urlkey = urlkey
+        self.timestamp = timestamp
+        self.fields = fields
+
+    # ------------------------------------------------------------------ parse
+    @classmethod
+    def parse(cls, line: bytes | str) -> CdxRecord:
+        """Parse one CDXJ or legacy CDX line (trailing newline allowed).
+
+        >>> r = CdxRecord.parse('com,example)/ 20140127171200 {"url": "http://example.com"}')
+        >>> (r.urlkey, r.timestamp, r.url)
+        ('com,example)/', '20140127171200', 'http://example.com')
+        >>> CdxRecord.parse("com,example)/ 20140127171251 http://example.com "
+        ...                 "warc/revisit - B2LTWWPUOYAH7UIPQ7ZUPQ4VMBSVC36A - - 553 11875 "
+        ...                 "dupes.warc.gz").filename
+        'dupes.warc.gz'
+
+        Raises :class:`CdxFormatError` on anything else.
+        """
+        text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+        text = text.rstrip("\r\n")
+        parts = text.split(" ", 2)
+        if len(parts) < 3:
+            raise CdxFormatError(f"not a CDX line (fewer than 3 fields): {text[:200]!r}")
+        urlkey, timestamp, rest = parts
+        if rest.startswith("{"):
+            try:
+                block = json.loads(rest)
+            except ValueError as exc:
+                raise CdxFormatError(f"bad CDXJ JSON block: {exc}: {text[:200]!r}") from exc
+            if not isinstance(block, dict):
+                raise CdxFormatError(f"CDXJ block is not a JSON object: {text[:200]!r}")
+            fields = {
+                str(k): (v if isinstance(v, str) else json.dumps(v) if v is not None else "")
+                for k, v in block.items()
+            }
+            status = block.get("status")
+            if isinstance(status, int):
+                fields["status"] = str(status)
+            return cls(urlkey, timestamp, fields)
+        values = rest.split(" ")
+        layout = _CDX_FORMATS.get(len(values) + 2)
+        if layout is None:
+            raise CdxFormatError(
+                f"unknown {len(values) + 2}-field CDX line; expected CDXJ or "
+                f"7, 9, 10 or 11 fields: {text[:200]!r}"
+            )
+        return cls(urlkey, timestamp, dict(zip(layout, values, strict=True)))
+
+    # ---------------------------------------------------------------- access
+    def get(self, name: str, default: str = "") -> str:
+        """Field value by name or alias (``urlkey`` and ``timestamp`` included)."""
+        name = FIELD_ALIASES.get(name, name)
+        if name == URLKEY:
+            return self.urlkey
+        if name == TIMESTAMP:
+            return self.timestamp
+        return self.fields.get(name, default)
+
+    @property
+    def url(self) -> str:
+        """The original URL (``url`` field)."""
+        return self.fields.get("url", "")
+
+    @property
+    def mime(self) -> str:
+        return self.fields.get("mime", "")
+
+    @property
+    def status(self) -> str:
+        return self.fields.get("status", "")
+
+    @property
+    def digest(self) -> str:
+        """Payload digest as indexed (with or without a ``sha1:`` prefix)."""
+        return self.fields.get("digest", "")
+
+    @property
+    def filename(self) -> str:
+        return self.fields.get("filename", "")
+
+    @property
+    def offset(self) -> int | None:
+        """Byte offset of the record in ``filename``, or None when unknown."""
+        return _int_or_none(self.fields.get("offset"))
+
+    @property
+    def length(self) -> int | None:
+        """Byte length of the (possibly compressed) record, or None when unknown."""
+        return _int_or_none(self.fields.get("length"))
+
+    @property
+    def source(self) -> str:
+        return self.fields.get("source", "")
+
+    @property
+    def is_revisit(self) -> bool:
+        """True for revisit records (pywb: ``mime == warc/revisit`` or no filename)."""
+        return self.fields.get("mime") == "warc/revisit" or self.fields.get("filename") == "-"
+
+    def copy(self) -> CdxRecord:
+        return CdxRecord(self.urlkey, self.timestamp, dict(self.fields))
+
+    def sort_key(self) -> tuple[str, str]:
+        return (self.urlkey, self.timestamp)
+
+    # ------------------------------------------------------------- serialize
+    def to_cdxj(self, fields: Sequence[str] | None = None) -> str:
+        """``urlkey timestamp {json}\\n`` as pywb writes it (``json.dumps`` spacing).
+
+        With ``fields``, the JSON block holds only those present, in that order.
+        """
+        return f"{self.urlkey} {self.timestamp} {json.dumps(self._block(fields))}\n"
+
+    def to_json(self, fields: Sequence[str] | None = None) -> str:
+        """One NDJSON line: ``urlkey``, ``timestamp`` then the block (pywb ``to_json``)."""
+        if fields is None:
+            obj = {URLKEY: self.urlkey, TIMESTAMP: self.timestamp, **self._block(None)}
+        else:
+            obj = {name: self.get(name) for name in fields if self._has(name)}
+        return json.dumps(obj) + "\n"
+
+    def to_text(self, fields: Sequence[str] | None = None) -> str:
+        """Space-separated values; missing fields are ``-`` (pywb ``to_text``)."""
+        values: Iterable[str]
+        if fields is None:
+            values = (self.urlkey, self.timestamp, *self._block(None).values())
+        else:
+            values = (self.get(name, "-") for name in fields)
+        return " ".join(values) + "\n"
+
+    def _has(self, name: str) -> bool:
+        name = FIELD_ALIASES.get(name, name)
+        return name in (URLKEY, TIMESTAMP) or name in self.fields
+
+    def _block(self, fields: Sequence[str] | None) -> dict[str, str]:
+        if fields is None:
+            return {k: v for k, v in self.fields.items() if not k.startswith("_")}
+        out: dict[str, str] = {}
+        for name in fields:
+            canon = FIELD_ALIASES.get(name, name)
+            if canon in self.fields:
+                out[canon] = self.fields[canon]
+        return out
+
+    def __repr__(self) -> str:
+        return f"CdxRecord({self.urlkey!r}, {self.timestamp!r}, {self.fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CdxRecord):
+            return NotImplemented
+        return (self.urlkey, self.timestamp, self.fields) == (
+            other.urlkey,
+            other.timestamp,
+            other.fields,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _int_or_none(value: str | None) -> int | None:
+    if value is None or value in ("", "-"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -1,0 +1,91 @@
+"""Connections shared by every source and loader of one app.
+
+One ``aiohttp.ClientSession`` per app (per-host connection limit, descriptive
+User-Agent) and one Redis connection pool per server URL. Created in the
+app's ``cleanup_ctx`` by :meth:`SharedClients.start`, closed by
+:meth:`SharedClients.close`; sources reach them through this object at lookup
+time, so sources can be built before the event loop runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+__all__ = ["ClientSettings", "SharedClients"]
+
+_DEFAULT_AGENT = "archive-gateway/0.1 (+https://github.com/; web archive aggregator)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientSettings:
+    """The ``client:`` section of collections.yaml.
+
+    ``user_agent`` is sent on every upstream request; ``contact`` (an e-mail or
+    URL) is appended to it as ``contact: ...`` so archives know whom to ask.
+    """
+
+    user_agent: str = _DEFAULT_AGENT
+    contact: str = ""
+    limit_per_host: int = 16
+    total_limit: int = 256
+
+    def header_value(self) -> str:
+        """The User-Agent header value."""
+        if self.contact:
+            return f"{self.user_agent} (contact: {self.contact})"
+        return self.user_agent
+
+
+class SharedClients:
+    """The app's upstream clients; ``session`` exists between start() and close()."""
+
+    def __init__(self, settings: ClientSettings | None = None) -> None:
+        self.settings = settings or ClientSettings()
+        self._session: aiohttp.ClientSession | None = None
+        self._redis: dict[str, redis.asyncio.Redis] = {}
+
+    async def start(self) -> None:
+        """Create the ClientSession (call from a running event loop)."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self.settings.total_limit,
+                limit_per_host=self.settings.limit_per_host,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers={"User-Agent": self.settings.header_value()},
+                auto_decompress=False,
+            )
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The shared session; raises RuntimeError before start()."""
+        if self._session is None:
+            raise RuntimeError("SharedClients.start() was not awaited before use")
+        return self._session
+
+    def redis(self, server_url: str) -> redis.asyncio.Redis:
+        """The connection pool for ``redis://host:port/db`` (created on first use)."""
+        client = self._redis.get(server_url)
+        if client is None:
+            import redis.asyncio as aioredis
+
+            client = aioredis.Redis.from_url(server_url)
+            self._redis[server_url] = client
+        return client
+
+    async def close(self) -> None:
+        """Close the session and every Redis pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        pools: list[Any] = list(self._redis.values())
+        self._redis.clear()
+        for client in pools:
+            await client.aclose()

@@ -1,0 +1,383 @@
+"""The collection schema: collections.yaml -> frozen, typed config objects.
+
+This is the only module that reads YAML (``yaml.safe_load``). It follows
+pywb's distributed archive config::
+
+    collections:
+      web: ./archive/indexes/                # shorthand: an index source
+      pywb:
+        index: ./indexes/                    # any source spec
+        resource: ./warcs/                   # one resolver spec or a list
+      many:
+        index_group:                         # members queried concurrently
+          local: ./indexes/
+          ia: cdx+https://web.archive.org/cdx
+        timeout: 2.5                         # float seconds, default 5
+      fallback:
+        sequence:                            # steps tried in order
+          - name: local
+            index: ./indexes/
+            resource: ./warcs/
+          - index_group: {...}
+
+A source spec is a shorthand string (selected by prefix: ``file://``,
+``redis://``, ``memento+``, ``cdx+``, ``$live``; a plain path is a file or
+directory index) or a mapping with ``type:`` and that type's fields. Unknown
+keys and wrong types are errors; every :class:`~gateway.errors.ConfigError`
+names the YAML path, e.g. ``collections.web.sequence[1].index: ...``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import yaml
+
+from gateway.clients import ClientSettings
+from gateway.errors import ConfigError
+from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_kind_for_shorthand
+from gateway.sources import SOURCE_TYPES
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "CollectionConfig",
+    "GatewayConfig",
+    "ResolverSpec",
+    "SourceSpec",
+    "StepConfig",
+    "load_config",
+    "parse_config",
+]
+
+DEFAULT_TIMEOUT_S: Final = 5.0
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+#: Path segments the API owns; a collection cannot be called one of these.
+RESERVED_NAMES: Final = frozenset({"_status", "status", "health", "metrics"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceSpec:
+    """One index source: its registry ``type`` and typed ``config``."""
+
+    type: str
+    config: Any
+    path: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolverSpec:
+    """One ``resource:`` entry: a resolver ``type`` and typed ``config``."""
+
+    type: str
+    config: Any
+    path: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepConfig:
+    """A step: named members (config order), their timeout and resource resolvers."""
+
+    name: str
+    members: tuple[tuple[str, SourceSpec], ...]
+    timeout_s: float
+    resolvers: tuple[ResolverSpec, ...]
+    is_group: bool
+    path: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectionConfig:
+    name: str
+    steps: tuple[StepConfig, ...]
+    is_sequence: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayConfig:
+    """The whole file: collections in file order, upstream client settings."""
+
+    collections: Mapping[str, CollectionConfig]
+    client: ClientSettings
+    source_file: str = "<string>"
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate ``path``; raises :class:`ConfigError` (YAML path, problem)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read the config file: {exc.strerror}") from exc
+    return parse_config(text, source_file=str(path))
+
+
+def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
+    """Validate YAML text; raises :class:`ConfigError` naming the YAML path of the problem."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(source_file, f"not valid YAML{where}: {exc}") from exc
+    if data is None:
+        data = {}
+    root = _mapping(data, "(top level)")
+    _reject_unknown(root, {"collections", "client"}, "(top level)")
+    collections_data = _mapping(root.get("collections") or {}, "collections")
+    collections: dict[str, CollectionConfig] = {}
+    for name, value in collections_data.items():
+        path = f"collections.{name}"
+        if not isinstance(name, str) or not _NAME.fullmatch(name) or name in RESERVED_NAMES:
+            raise ConfigError(
+                path,
+                f"invalid collection name {name!r}; expected letters, digits, '_', '.', '-' "
+                f"(not one of {', '.join(sorted(RESERVED_NAMES))})",
+            )
+        collections[name] = _collection(name, value, path)
+    client = _dataclass(ClientSettings, root.get("client") or {}, "client")
+    return GatewayConfig(collections=collections, client=client, source_file=source_file)
+
+
+# --------------------------------------------------------------------------- collections
+_STEP_KEYS: Final = {"index", "index_group", "timeout", "resource", "name"}
+
+
+def _collection(name: str, value: object, path: str) -> CollectionConfig:
+    if isinstance(value, str):
+        member = (name, _source(value, path))
+        step = StepConfig(
+            name=name,
+            members=(member,),
+            timeout_s=DEFAULT_TIMEOUT_S,
+            resolvers=(),
+            is_group=False,
+            path=path,
+        )
+        return CollectionConfig(name=name, steps=(step,), is_sequence=False)
+    data = _mapping(value, path)
+    if "sequence" in data:
+        _reject_unknown(data, {"sequence"}, path)
+        steps_data = data["sequence"]
+        if not isinstance(steps_data, list) or not steps_data:
+            raise ConfigError(f"{path}.sequence", "expected a non-empty list of steps")
+        steps = []
+        names: set[str] = set()
+        for i, step_data in enumerate(steps_data):
+            step_path = f"{path}.sequence[{i}]"
+            step_map = _mapping(step_data, step_path)
+            step_name = step_map.get("name", f"step{i + 1}")
+            if not isinstance(step_name, str) or not _NAME.fullmatch(step_name):
+                raise ConfigError(f"{step_path}.name", f"invalid step name {step_name!r}")
+            if step_name in names:
+                raise ConfigError(f"{step_path}.name", f"duplicate step name {step_name!r}")
+            names.add(step_name)
+            steps.append(_step(step_name, step_map, step_path))
+        return CollectionConfig(name=name, steps=tuple(steps), is_sequence=True)
+    if "name" in data:
+        raise ConfigError(f"{path}.name", "unknown key; 'name' belongs to sequence steps")
+    return CollectionConfig(name=name, steps=(_step(name, data, path),), is_sequence=False)
+
+
+def _step(name: str, data: Mapping[str, object], path: str) -> StepConfig:
+    _reject_unknown(data, _STEP_KEYS, path)
+    has_index, has_group = "index" in data, "index_group" in data
+    if has_index == has_group:
+        raise ConfigError(path, "expected exactly one of 'index' or 'index_group'")
+    if has_index:
+        members: tuple[tuple[str, SourceSpec], ...] = (
+            (name, _source(data["index"], f"{path}.index")),
+        )
+    else:
+        group_path = f"{path}.index_group"
+        group = _mapping(data["index_group"], group_path)
+        if not group:
+            raise ConfigError(group_path, "expected at least one member")
+        for member in group:
+            if not isinstance(member, str) or not _NAME.fullmatch(member):
+                raise ConfigError(f"{group_path}.{member}", f"invalid member name {member!r}")
+        members = tuple(
+            (member, _source(spec, f"{group_path}.{member}")) for member, spec in group.items()
+        )
+    timeout = data.get("timeout", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ConfigError(
+            f"{path}.timeout", f"expected a positive number of seconds, got {timeout!r}"
+        )
+    resolvers = _resolvers(data.get("resource"), f"{path}.resource")
+    return StepConfig(
+        name=name,
+        members=members,
+        timeout_s=float(timeout),
+        resolvers=resolvers,
+        is_group=has_group,
+        path=path,
+    )
+
+
+# --------------------------------------------------------------------------- sources
+def _shorthand_kinds() -> list[tuple[str, str]]:
+    pairs = [
+        (prefix, kind)
+        for kind, factory in SOURCE_TYPES.items()
+        for prefix in factory.shorthand_prefixes
+    ]
+    return sorted(pairs, key=lambda pair: -len(pair[0]))
+
+
+def _expected_sources() -> str:
+    return (
+        "a file or directory path, "
+        + ", ".join(
+            f"{prefix}..." if not prefix.startswith("$") else prefix
+            for prefix, _ in sorted(_shorthand_kinds())
+        )
+        + f", or a mapping with type: one of {', '.join(SOURCE_TYPES)}"
+    )
+
+
+def _source(value: object, path: str) -> SourceSpec:
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise ConfigError(path, f"empty source; expected {_expected_sources()}")
+        kind = next((k for prefix, k in _shorthand_kinds() if text.startswith(prefix)), None)
+        if kind is None:
+            if re.match(r"^[a-z][a-z0-9+.\-]*://", text) or text.startswith("$"):
+                raise ConfigError(path, f"unknown source {text!r}; expected {_expected_sources()}")
+            kind = "file"
+        factory = SOURCE_TYPES[kind]
+        try:
+            config = factory.config_type.from_shorthand(text)
+        except ValueError as exc:
+            raise ConfigError(path, str(exc)) from exc
+        return SourceSpec(type=kind, config=config, path=path)
+    data = _mapping(value, path, expected=f"a source: {_expected_sources()}")
+    type_name = data.get("type")
+    if not isinstance(type_name, str) or type_name not in SOURCE_TYPES:
+        raise ConfigError(
+            f"{path}.type",
+            f"unknown source type {type_name!r}; expected one of {', '.join(SOURCE_TYPES)}",
+        )
+    rest = {k: v for k, v in data.items() if k != "type"}
+    config = _dataclass(SOURCE_TYPES[type_name].config_type, rest, path)
+    return SourceSpec(type=type_name, config=config, path=path)
+
+
+def _resolvers(value: object, path: str) -> tuple[ResolverSpec, ...]:
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    specs = []
+    for i, item in enumerate(items):
+        item_path = f"{path}[{i}]" if isinstance(value, list) else path
+        if isinstance(item, str):
+            kind = resolver_kind_for_shorthand(item)
+            try:
+                config = RESOLVER_TYPES[kind].config_type.from_shorthand(item)
+            except ValueError as exc:
+                raise ConfigError(item_path, str(exc)) from exc
+        else:
+            data = _mapping(item, item_path, expected="a resource path, URL prefix or mapping")
+            kind = data.get("type")  # type: ignore[assignment]
+            if kind not in RESOLVER_TYPES:
+                raise ConfigError(
+                    f"{item_path}.type",
+                    f"unknown resource type {kind!r}; expected one of {', '.join(RESOLVER_TYPES)}",
+                )
+            rest = {k: v for k, v in data.items() if k != "type"}
+            config = _dataclass(RESOLVER_TYPES[kind].config_type, rest, item_path)
+        specs.append(ResolverSpec(type=kind, config=config, path=item_path))
+    return tuple(specs)
+
+
+# --------------------------------------------------------------------------- generic
+def _mapping(value: object, path: str, expected: str = "a mapping") -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"expected {expected}, got {type(value).__name__} {value!r}")
+    for key in value:
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}.{key}", "keys must be strings")
+    return value
+
+
+def _reject_unknown(
+    data: Mapping[str, object], allowed: set[str] | frozenset[str], path: str
+) -> None:
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(
+                f"{path}.{key}", f"unknown key; expected one of {', '.join(sorted(allowed))}"
+            )
+
+
+_T = typing.TypeVar("_T")
+
+
+def _dataclass(cls: type[_T], data: object, path: str) -> _T:
+    """Build a config dataclass from a mapping, checking keys and field types."""
+    mapping = _mapping(data, path)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    _reject_unknown(mapping, set(fields), path)
+    hints = typing.get_type_hints(cls)
+    values: dict[str, object] = {}
+    for name, field in fields.items():
+        if name not in mapping:
+            if (
+                field.default is dataclasses.MISSING
+                and field.default_factory is dataclasses.MISSING
+            ):
+                raise ConfigError(f"{path}.{name}", "missing required key")
+            continue
+        values[name] = _coerce(mapping[name], hints[name], f"{path}.{name}")
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        raise ConfigError(path, str(exc)) from exc
+
+
+def _coerce(value: object, hint: object, path: str) -> object:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, path)
+            except ConfigError as exc:
+                errors.append(exc.problem)
+        raise ConfigError(path, " or ".join(errors))
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(path, f"{value!r} is not one of {', '.join(map(str, args))}")
+        return value
+    if origin is tuple:
+        items = value if isinstance(value, list) else [value]
+        return tuple(_coerce(item, args[0], f"{path}[{i}]") for i, item in enumerate(items))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, f"expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(path, f"expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected a string, got {value!r}")
+        return value
+    raise ConfigError(path, f"unsupported field type {hint!r}")  # pragma: no cover

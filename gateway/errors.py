@@ -1,0 +1,176 @@
+"""One exception tree for the gateway; every class knows its HTTP status.
+
+::
+
+    GatewayError                      500  base class; never raised itself
+    ├── BadRequest                    400  a client parameter is malformed
+    ├── ConfigError                    -   collections.yaml is wrong (start-up only)
+    ├── NotFound                      404  nothing matched; carries per-source errors
+    ├── SourceError                   503  one index source failed a lookup
+    │   ├── SourceTimeout                  ... did not answer within its deadline
+    │   ├── SourceUnavailable              ... refused, reset, HTTP error status
+    │   ├── SourceBadAnswer                ... answered something unparseable
+    │   └── SourceSkipped                  ... skipped by its circuit breaker
+    ├── AllSourcesFailed              503  every source of a lookup failed
+    └── LoadError                     404  one capture could not be loaded
+        ├── ArchiveFileNotFound            ... no configured prefix holds the file
+        ├── UnsafeFilename                 ... CDX filename escapes its prefixes
+        ├── RecordFormatError              ... bytes at offset are not a WARC/ARC record
+        ├── RevisitUnresolved              ... a revisit's original was not found
+        └── SelfRedirect                   ... a 3xx capture redirects to itself
+
+The single middleware in :mod:`gateway.app` renders any of them as
+``{"message": ..., "errors": {source: reason}}`` with :attr:`GatewayError.status`.
+Foreign exceptions are translated at the boundary where they occur
+(``raise SourceUnavailable(name, str(exc)) from exc``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = [
+    "AllSourcesFailed",
+    "ArchiveFileNotFound",
+    "BadRequest",
+    "ConfigError",
+    "GatewayError",
+    "LoadError",
+    "NotFound",
+    "RecordFormatError",
+    "RevisitUnresolved",
+    "SelfRedirect",
+    "SourceBadAnswer",
+    "SourceError",
+    "SourceSkipped",
+    "SourceTimeout",
+    "SourceUnavailable",
+    "UnsafeFilename",
+]
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose.
+
+    ``status`` is the HTTP status the API answers with; ``errors`` maps a
+    source (or capture) name to the reason it failed, for the JSON body.
+    """
+
+    status: int = 500
+
+    def __init__(self, message: str, errors: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.errors: dict[str, str] = dict(errors or {})
+
+    def to_json(self) -> dict[str, object]:
+        """The response body: ``{"message": str, "errors": {name: reason}}``."""
+        body: dict[str, object] = {"message": self.message}
+        if self.errors:
+            body["errors"] = self.errors
+        return body
+
+
+class BadRequest(GatewayError):
+    """A request parameter is missing or malformed (HTTP 400).
+
+    ``param`` names the offending parameter so clients can fix the request.
+    """
+
+    status = 400
+
+    def __init__(self, param: str, problem: str) -> None:
+        super().__init__(f"{param}: {problem}")
+        self.param = param
+        self.problem = problem
+
+    def to_json(self) -> dict[str, object]:
+        return {"message": self.message, "param": self.param}
+
+
+class ConfigError(GatewayError):
+    """collections.yaml is invalid; ``path`` is the YAML path of the problem.
+
+    Raised only at start-up (``gateway serve`` exits with status 2).
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class NotFound(GatewayError):
+    """No capture matched, or none of the matching captures loaded (HTTP 404)."""
+
+    status = 404
+
+
+class SourceError(GatewayError):
+    """One index source failed; ``source`` is its configured name (HTTP 503)."""
+
+    status = 503
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"{source}: {reason}", {source: reason})
+        self.source = source
+        self.reason = reason
+
+
+class SourceTimeout(SourceError):
+    """The source did not answer within its deadline (the aggregator's ``timeout``)."""
+
+
+class SourceUnavailable(SourceError):
+    """The source could not be reached or answered with an error status.
+
+    ``retry_after_s`` carries an upstream ``Retry-After`` when there was one.
+    """
+
+    def __init__(self, source: str, reason: str, retry_after_s: float | None = None) -> None:
+        super().__init__(source, reason)
+        self.retry_after_s = retry_after_s
+
+
+class SourceBadAnswer(SourceError):
+    """The source answered, but not in a format the gateway can parse."""
+
+
+class SourceSkipped(SourceError):
+    """The source was skipped by its circuit breaker after repeated failures."""
+
+
+class AllSourcesFailed(GatewayError):
+    """Every source of a lookup failed, so "no captures" cannot be claimed (HTTP 503)."""
+
+    status = 503
+
+
+class LoadError(GatewayError):
+    """A capture was found in an index but its record could not be loaded.
+
+    The Resource API skips to the next capture; when none loads the request is
+    a 404 listing every LoadError.
+    """
+
+    status = 404
+
+
+class ArchiveFileNotFound(LoadError):
+    """No configured resource prefix or path index holds the CDX ``filename``."""
+
+
+class UnsafeFilename(LoadError):
+    """A CDX ``filename`` would leave its configured prefix (``../``, absolute, scheme)."""
+
+
+class RecordFormatError(LoadError):
+    """The bytes at the CDX offset are not a WARC or ARC record."""
+
+
+class RevisitUnresolved(LoadError):
+    """A revisit record's original could not be found or loaded (WARC 1.1 §6.7)."""
+
+
+class SelfRedirect(LoadError):
+    """A 3xx capture redirects to its own URL; pywb skips these to avoid loops."""

@@ -1,0 +1,269 @@
+"""Write sorted CDXJ indexes of WARC and ARC files with cdxj-indexer.
+
+The indexing itself is cdxj-indexer's (``CDXJIndexer`` with ``sort=True``), so
+a line is what ``cdxj-indexer --sort --post-append`` and pywb's
+``wb-manager reindex`` write (but for the digest fix below)::
+
+    urlkey timestamp {"url": ..., "mime": ..., "status": ..., "digest": ...,
+                      "length": ..., "offset": ..., "filename": ...}
+
+- ``filename`` is the basename of the WARC/ARC file;
+- ``digest`` is the payload digest as the WARC writer recorded it (or as
+  warcio computes it, in SHA-1, when the record has none), with its algorithm
+  prefix (``sha1:BASE32``); indexes written by older pywb versions, such as
+  the sample archive's, drop the prefix;
+- revisit records carry ``mime: warc/revisit`` and the status of their own
+  HTTP header block (older pywb indexes omit ``status`` on revisits);
+- with ``post_append`` (the default, as pywb indexes), the urlkey of a POST or
+  PUT capture gets its method and request body appended as a query,
+  ``org,httpbin)/post?__wb_method=post&foo=bar``, and the JSON block gains
+  ``method`` and ``requestBody``, so that ``/{coll}/postreq`` lookups find it.
+
+What this module adds is the boundary: inputs are checked before anything is
+indexed, and warcio's failures become :class:`ValueError` naming the file. And
+one fix: a record without a ``WARC-Payload-Digest`` header (every ARC record,
+some WARC writers) gets its digest computed by warcio (``ensure_digest``) as it
+comes off the archive iterator. cdxj-indexer 1.5.0 computes it only after
+``post_append`` buffering has drained the record, and so writes the digest of
+an empty payload (``sha1:3I42H3S6NNFQ2MSVX7XZKYAYSCX5QBYJ``) for every such
+record; it also never closes the spool file the computation leaves behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import textwrap
+import zlib
+from collections import deque
+from collections.abc import Collection, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, BinaryIO, Final, TextIO, cast
+
+from cdxj_indexer import CDXJIndexer, iter_file_or_dir
+from warcio.exceptions import ArchiveLoadFailed
+from warcio.recordbuilder import RecordBuilder
+
+__all__ = ["ARCHIVE_SUFFIXES", "write_cdxj_index"]
+
+logger = logging.getLogger(__name__)
+
+#: File name endings indexed when an input is a directory (cdxj-indexer's list).
+ARCHIVE_SUFFIXES: Final[tuple[str, ...]] = tuple(CDXJIndexer.ALLOWED_EXT)
+
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+_WARC_MAGIC: Final = b"WARC/"
+_ARC_MAGIC: Final = b"filedesc://"
+_SNIFF_BYTES: Final = 64
+_MAX_REASON_CHARS: Final = 400
+
+
+class _LineSink:
+    """The text stream cdxj-indexer writes to: counts lines, encodes for binary ``out``."""
+
+    __slots__ = ("_binary", "_text", "lines")
+
+    def __init__(self, out: BinaryIO | TextIO) -> None:
+        self._text: TextIO | None = None
+        self._binary: BinaryIO | None = None
+        if isinstance(out, io.TextIOBase) or _has_encoding(out):
+            self._text = cast(TextIO, out)
+        else:
+            self._binary = cast(BinaryIO, out)
+        self.lines = 0
+
+    def write(self, data: str) -> int:
+        self.lines += data.count("\n")
+        if self._text is not None:
+            return self._text.write(data)
+        assert self._binary is not None
+        return self._binary.write(data.encode("utf-8"))
+
+    def flush(self) -> None:
+        if self._text is not None:
+            self._text.flush()
+        elif self._binary is not None:
+            self._binary.flush()
+
+
+class _DigestingRecords:
+    """An ArchiveIterator whose indexed records carry ``WARC-Payload-Digest`` when yielded.
+
+    warcio's ``ensure_digest`` reads the record's payload into a spool file that
+    becomes ``record.raw_stream``; the spool is closed once the iterator has
+    moved past the record (it reads a record to its end before the next one).
+    :meth:`close` closes what the last records still hold open (their spool, and
+    the ``buffered_stream`` cdxj-indexer's post_append buffering gave them) when
+    indexing stops half-way through a file.
+    """
+
+    __slots__ = ("_recent", "_record_types", "_records")
+
+    def __init__(self, records: Any, record_types: Collection[str] | None) -> None:
+        self._records = records
+        self._record_types = record_types
+        # (record, its ensure_digest spool) for the last records yielded:
+        # cdxj-indexer's buffering holds back at most one record, so two suffice.
+        self._recent: deque[tuple[Any, IO[bytes] | None]] = deque(maxlen=2)
+
+    def get_record_offset(self) -> int:
+        offset: int = self._records.get_record_offset()
+        return offset
+
+    def get_record_length(self) -> int:
+        length: int = self._records.get_record_length()
+        return length
+
+    def __iter__(self) -> Iterator[Any]:
+        for record in self._records:
+            if self._recent:
+                _, spool = self._recent[-1]
+                if spool is not None:
+                    spool.close()
+            self._recent.append((record, self._ensure_digest(record)))
+            yield record
+
+    def _ensure_digest(self, record: Any) -> IO[bytes] | None:
+        """Add WARC-Payload-Digest to an indexed record lacking it; return warcio's spool."""
+        if self._record_types is not None and record.rec_type not in self._record_types:
+            return None
+        if record.rec_headers.get_header("WARC-Payload-Digest"):
+            return None
+        stream = record.raw_stream
+        RecordBuilder().ensure_digest(record, block=False, payload=True)
+        spool: IO[bytes] | None = record.raw_stream if record.raw_stream is not stream else None
+        return spool
+
+    def close(self) -> None:
+        """Close the streams the last records hold (idempotent)."""
+        for record, spool in self._recent:
+            if spool is not None:
+                spool.close()
+            buffered = getattr(record, "buffered_stream", None)
+            if buffered is not None:
+                buffered.close()
+        self._recent.clear()
+
+
+class _Indexer(CDXJIndexer):  # type: ignore[misc]  # cdxj-indexer ships no types
+    """cdxj-indexer, with payload digests computed before post_append buffering."""
+
+    _records: _DigestingRecords | None = None
+
+    def _create_record_iter(self, input_: BinaryIO) -> _DigestingRecords:
+        self._records = _DigestingRecords(super()._create_record_iter(input_), self.include_records)
+        return self._records
+
+    def process_one(self, input_: BinaryIO, output: _LineSink, filename: str) -> None:
+        try:
+            super().process_one(input_, output, filename)
+        finally:
+            if self._records is not None:
+                self._records.close()
+                self._records = None
+
+
+def _has_encoding(out: BinaryIO | TextIO) -> bool:
+    """True for text streams that do not derive from io.TextIOBase (sys.stdout-likes)."""
+    return getattr(out, "encoding", None) is not None
+
+
+def write_cdxj_index(
+    inputs: Sequence[Path],
+    out: BinaryIO | TextIO,
+    *,
+    post_append: bool = True,
+) -> int:
+    """Index WARC/ARC files into one sorted CDXJ index written to ``out``.
+
+    ``inputs`` are WARC or ARC files, plain or gzipped (one gzip member per
+    record), or directories, searched recursively for files ending in
+    :data:`ARCHIVE_SUFFIXES`. ``out`` is a text stream, or a binary stream that
+    receives UTF-8. Lines are sorted by their text, i.e. by (urlkey, timestamp)
+    ascending in byte order as pywb's binary search expects; identical lines
+    (the same record given twice) are written once. An empty file is an
+    archive with no records.
+
+    Returns the number of lines written.
+
+    Raises :class:`ValueError`, before anything is written to ``out``, if an
+    input does not exist, is not a WARC or ARC file, or cannot be read to its
+    end (the message names the file and, where warcio knows one, the fix:
+    ``warcio recompress`` for a gzip that is not one member per record).
+    """
+    files = _archive_files(inputs)
+    for path in files:
+        _check_archive_start(path)
+
+    by_name = {path.name: path for path in reversed(files)}
+    sink = _LineSink(out)
+    indexer = _Indexer(sink, [str(path) for path in files], post_append=post_append, sort=True)
+    try:
+        indexer.process_all()
+    except (ArchiveLoadFailed, zlib.error) as exc:
+        _remove_sort_spills(indexer)
+        current = by_name.get(indexer.curr_filename, indexer.curr_filename)
+        reason = _short_reason(str(exc))
+        raise ValueError(f"{current}: cannot index this WARC/ARC file: {reason}") from exc
+    logger.debug("indexed %d files into %d CDXJ lines", len(files), sink.lines)
+    return sink.lines
+
+
+def _archive_files(inputs: Sequence[Path]) -> list[Path]:
+    """Expand directories (cdxj-indexer's walk) and reject inputs that do not exist."""
+    for path in inputs:
+        if not path.exists():
+            raise ValueError(
+                f"{path}: no such file or directory; expected a WARC or ARC file "
+                f"({', '.join(ARCHIVE_SUFFIXES)}) or a directory of them"
+            )
+        if not (path.is_file() or path.is_dir()):
+            raise ValueError(f"{path}: not a regular file or a directory")
+    return [Path(name) for name in iter_file_or_dir([str(path) for path in inputs])]
+
+
+def _check_archive_start(path: Path) -> None:
+    """Raise ValueError unless ``path`` starts like a WARC (``WARC/``) or ARC (``filedesc://``).
+
+    warcio accepts surprisingly much: a CDXJ file, for instance, reads as an ARC
+    whose records are its lines. Looking at the first bytes (inside the first
+    gzip member for a gzipped file) catches a wrong file before it is indexed.
+    """
+    with path.open("rb") as fh:
+        head = fh.read(4096)
+    if not head:
+        return
+    where = "it starts"
+    if head.startswith(_GZIP_MAGIC):
+        where = "its first gzip member starts"
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _SNIFF_BYTES)
+        except zlib.error as exc:
+            raise ValueError(
+                f"{path}: not a WARC or ARC file: it starts like a gzip file but does not "
+                f"decompress ({exc}); expected a gzipped WARC/ARC with one member per record"
+            ) from exc
+    start = head.lstrip(b"\r\n")
+    if start.startswith((_WARC_MAGIC, _ARC_MAGIC)):
+        return
+    raise ValueError(
+        f"{path}: not a WARC or ARC file: {where} with {start[:24]!r}; "
+        f"expected {_WARC_MAGIC!r} (WARC) or {_ARC_MAGIC!r} (ARC), plain or gzipped"
+    )
+
+
+def _short_reason(message: str) -> str:
+    """warcio's message, dedented onto one paragraph and bounded in length."""
+    reason = " ".join(textwrap.dedent(message).split())
+    if len(reason) > _MAX_REASON_CHARS:
+        reason = reason[:_MAX_REASON_CHARS] + "..."
+    return reason
+
+
+def _remove_sort_spills(indexer: _Indexer) -> None:
+    """Delete the temporary files cdxj-indexer's SortingWriter spilled before failing."""
+    for name in getattr(indexer.output, "tmp_files", ()):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(name)

@@ -1,0 +1,134 @@
+"""The ResourceLoader protocol: one capture in, one WARC record out.
+
+A loader turns a :class:`~gateway.cdxj.CdxRecord` into a
+:class:`LoadedRecord`: the WARC header block and HTTP header block held in
+memory, the rest of the block as a bounded async stream of bytes. The
+Resource API writes ``warc_headers + http_headers + body`` to the client as
+``application/warc-record`` (pywb warcserver: the record without its trailing
+``CRLF CRLF``).
+
+A loader that does not apply to a capture (no ``filename`` for a WARC
+loader, no ``load_url`` for a remote loader) says so with :meth:`accepts`;
+one that applies but fails raises a :class:`~gateway.errors.LoadError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, Self, runtime_checkable
+
+from gateway.cdxj import CdxRecord
+from gateway.clients import SharedClients
+
+__all__ = [
+    "FindOriginal",
+    "LoadContext",
+    "LoadedRecord",
+    "LoaderConfig",
+    "LoaderFactory",
+    "ResourceLoader",
+    "WrappedRequest",
+]
+
+#: ``find_original(url, timestamp, digest)`` yields non-revisit captures of
+#: ``url`` with payload ``digest``, closest to ``timestamp`` first.
+FindOriginal = Callable[[str, str, str], AsyncIterator[CdxRecord]]
+
+
+async def _no_body() -> AsyncIterator[bytes]:
+    return
+    yield b""  # pragma: no cover
+
+
+@dataclass(slots=True, kw_only=True)
+class LoadedRecord:
+    """One WARC record ready to stream.
+
+    ``content_length`` is the byte count of
+    ``warc_headers + http_headers + body`` when known (the HTTP
+    ``Content-Length`` of the Resource API answer), else None.
+    ``close`` releases the file or connection behind ``body``; the API always
+    calls it, also when the client goes away.
+    """
+
+    capture: CdxRecord
+    warc_headers: bytes
+    http_headers: bytes
+    body: AsyncIterator[bytes]
+    content_length: int | None
+    target_uri: str
+    #: WARC-Date of the served record (ISO 8601, as in the record).
+    warc_date: str
+    close: Callable[[], Awaitable[None]] | None = None
+
+    async def aclose(self) -> None:
+        if self.close is not None:
+            close, self.close = self.close, None
+            await close()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WrappedRequest:
+    """The HTTP request a live or remote fetch sends upstream (resource-post).
+
+    ``headers`` keep their order and case; hop-by-hop headers included.
+    """
+
+    method: str = "GET"
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+
+
+@dataclass(slots=True, kw_only=True)
+class LoadContext:
+    """What a loader may need beyond the capture.
+
+    ``request_url`` is the URL the client asked for (self-redirect check);
+    ``find_original`` looks up a revisit's original through the same
+    collection step; ``request`` is the client's wrapped request, if any.
+    """
+
+    request_url: str
+    find_original: FindOriginal
+    request: WrappedRequest = field(default_factory=WrappedRequest)
+    extra_headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class LoaderConfig(Protocol):
+    """A frozen, slotted, keyword-only dataclass holding one loader's settings."""
+
+    @classmethod
+    def from_shorthand(cls, text: str) -> Self: ...
+
+
+@runtime_checkable
+class ResourceLoader(Protocol):
+    """Loads WARC records for captures (pywb warcserver ``BaseLoader``)."""
+
+    def accepts(self, capture: CdxRecord) -> bool:
+        """True when this loader knows how to load ``capture`` at all."""
+        ...
+
+    async def load(self, capture: CdxRecord, ctx: LoadContext) -> LoadedRecord:
+        """Load the record; raises :class:`~gateway.errors.LoadError` on failure."""
+        ...
+
+    def describe(self) -> str:
+        """One line for ``gateway check-config``."""
+        ...
+
+
+class LoaderFactory(Protocol):
+    """What LOADER_TYPES maps a type name to."""
+
+    config_type: ClassVar[type[LoaderConfig]]
+    shorthand_prefixes: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def from_config(cls, config: LoaderConfig, *, clients: SharedClients) -> ResourceLoader: ...
+
+
+def empty_body() -> AsyncIterator[bytes]:
+    """An async iterator yielding nothing (records without a payload)."""
+    return _no_body()

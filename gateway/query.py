@@ -1,0 +1,336 @@
+"""CaptureQuery: the Index and Resource API parameters, parsed and validated once.
+
+Parameter semantics follow pywb's warcserver (``CDXQuery`` and
+``calc_search_range``): ``url`` with ``*.host`` and ``prefix*`` wildcards,
+``matchType`` exact|prefix|host|domain, ``closest`` (1 to 14 digits or
+``now``), ``from``/``to`` padded to 14 digits down and up, ``limit``,
+``sort=closest|reverse``, repeatable ``filter`` in pywb syntax
+``[!][=|~]field:value``, ``fl``/``fields`` and ``output``.
+
+Every problem raises :class:`~gateway.errors.BadRequest` naming the parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+from gateway.cdxj import FIELD_ALIASES, CdxRecord, canonical_urlkey
+from gateway.errors import BadRequest
+
+__all__ = [
+    "MATCH_TYPES",
+    "OUTPUTS",
+    "CaptureQuery",
+    "CdxFilter",
+    "MatchType",
+    "Output",
+    "key_range",
+    "pad_timestamp",
+    "parse_query",
+]
+
+MatchType = Literal["exact", "prefix", "host", "domain"]
+Output = Literal["cdxj", "json", "text", "link"]
+Sort = Literal["ascending", "closest", "reverse"]
+
+MATCH_TYPES: Final[tuple[MatchType, ...]] = ("exact", "prefix", "host", "domain")
+OUTPUTS: Final[tuple[Output, ...]] = ("cdxj", "json", "text", "link")
+
+#: pywb's default limit when none is given (``CDXQuery.limit``).
+DEFAULT_LIMIT: Final = 100_000
+
+_PAD_DOWN: Final = "10000101000000"
+_PAD_UP: Final = "29991231235959"
+_DIGITS = re.compile(r"\d{1,14}")
+
+
+def pad_timestamp(ts: str, up: bool) -> str:
+    """Pad a 1-14 digit timestamp to 14 digits (warcio ``PAD_14_DOWN``/``PAD_14_UP``).
+
+    >>> pad_timestamp("2014", up=False)
+    '20140101000000'
+    >>> pad_timestamp("2014", up=True)
+    '20141231235959'
+    """
+    pad = _PAD_UP if up else _PAD_DOWN
+    return ts + pad[len(ts) :] if len(ts) < 14 else ts[:14]
+
+
+def now_timestamp() -> str:
+    """The current UTC time as a 14-digit timestamp."""
+    return datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+
+
+def key_range(url: str, match_type: MatchType) -> tuple[str, str]:
+    """The urlkey range ``[start, end)`` a query covers (pywb ``calc_search_range``).
+
+    >>> key_range("http://example.com/path/file.html", "exact")
+    ('com,example)/path/file.html', 'com,example)/path/file.html!')
+    >>> key_range("http://example.com/path/", "prefix")
+    ('com,example)/path/', 'com,example)/path0')
+    >>> key_range("http://example.com/path/file.html", "host")
+    ('com,example)/', 'com,example*')
+    >>> key_range("http://example.com/path/file.html", "domain")
+    ('com,example)/', 'com,example-')
+    >>> key_range("com", "domain")
+    ('com,', 'com-')
+
+    Raises :class:`ValueError` when ``url`` cannot be canonicalized.
+    """
+    start = canonical_urlkey(url)
+    if match_type == "exact":
+        return start, start + "!"
+    if match_type == "prefix":
+        if url.endswith("/") and not start.endswith("/"):
+            start += "/"
+        if url.endswith("?") and not start.endswith("?"):
+            start += "?"
+        return start, start[:-1] + chr(ord(start[-1]) + 1)
+    host = start.split(")/")[0]
+    if match_type == "host":
+        return host + ")/", host + "*"
+    # domain
+    return (host + "," if "," not in host else host + ")/"), host + "-"
+
+
+@dataclass(frozen=True, slots=True)
+class CdxFilter:
+    """One pywb filter: ``[!][=|~]field:value`` (``=`` exact, ``~`` regex, else contains).
+
+    Without ``field:`` the whole CDXJ line is matched. IA filters
+    (``[!]field:regex``, matching the whole field) are built by the IA dialect
+    with ``mode="regex_full"``.
+    """
+
+    field: str
+    mode: Literal["exact", "contains", "regex", "regex_full"]
+    value: str
+    invert: bool
+    regex: re.Pattern[str] | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> CdxFilter:
+        """Parse pywb syntax; raises :class:`BadRequest` on an invalid regex.
+
+        >>> f = CdxFilter.parse("!~mime:text/.*")
+        >>> (f.field, f.mode, f.value, f.invert)
+        ('mime', 'regex', 'text/.*', True)
+        """
+        invert = text.startswith("!")
+        if invert:
+            text = text[1:]
+        mode: Literal["exact", "contains", "regex"] = "contains"
+        if text.startswith("="):
+            mode, text = "exact", text[1:]
+        elif text.startswith("~"):
+            mode, text = "regex", text[1:]
+        name, sep, value = text.partition(":")
+        if not sep:
+            name, value = "", text
+        name = FIELD_ALIASES.get(name, name)
+        regex = None
+        if mode == "regex":
+            try:
+                regex = re.compile(value)
+            except re.error as exc:
+                raise BadRequest("filter", f"invalid regular expression {value!r}: {exc}") from exc
+        return cls(name, mode, value, invert, regex)
+
+    def __call__(self, record: CdxRecord) -> bool:
+        """True when ``record`` passes this filter."""
+        subject = record.get(self.field) if self.field else record.to_cdxj().rstrip("\n")
+        if self.mode == "exact":
+            matched = subject == self.value
+        elif self.mode == "contains":
+            matched = self.value in subject
+        elif self.mode == "regex":
+            assert self.regex is not None
+            matched = self.regex.match(subject) is not None
+        else:
+            assert self.regex is not None
+            matched = self.regex.fullmatch(subject) is not None
+        return matched != self.invert
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaptureQuery:
+    """A validated lookup.
+
+    ``key``/``end_key`` bound the urlkey range ``[key, end_key)``; timestamps
+    are 14-digit strings; ``limit`` counts output lines; ``sort`` is
+    ``ascending`` (by urlkey then timestamp), ``closest`` (by distance to
+    ``closest``) or ``reverse``.
+    """
+
+    url: str
+    match_type: MatchType = "exact"
+    key: str
+    end_key: str
+    closest: str | None = None
+    from_ts: str | None = None
+    to_ts: str | None = None
+    limit: int = DEFAULT_LIMIT
+    sort: Sort = "ascending"
+    filters: tuple[CdxFilter, ...] = ()
+    fields: tuple[str, ...] | None = None
+    output: Output = "cdxj"
+    #: ``sources=a,b`` selects group members, ``sources=!a`` excludes them.
+    sources: tuple[str, ...] = ()
+    exclude_sources: bool = False
+    #: Extra parameters passed to remote sources untouched (e.g. the method key).
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def for_url(
+        cls,
+        url: str,
+        *,
+        match_type: MatchType = "exact",
+        closest: str | None = None,
+        filters: Sequence[CdxFilter] = (),
+        limit: int = DEFAULT_LIMIT,
+    ) -> CaptureQuery:
+        """Build a query from code (e.g. revisit resolution); raises ValueError on a bad URL."""
+        key, end_key = key_range(url, match_type)
+        return cls(
+            url=url,
+            match_type=match_type,
+            key=key,
+            end_key=end_key,
+            closest=closest,
+            sort="closest" if closest else "ascending",
+            filters=tuple(filters),
+            limit=limit,
+        )
+
+    def evolve(self, **changes: object) -> CaptureQuery:
+        """A copy with ``changes`` applied (``dataclasses.replace``)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _one(params: Mapping[str, Sequence[str]], name: str) -> str | None:
+    values = params.get(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadRequest(name, "given more than once; expected a single value")
+    return values[0]
+
+
+def _timestamp(params: Mapping[str, Sequence[str]], name: str) -> str | None:
+    value = _one(params, name)
+    if value is None or value == "":
+        return None
+    if not _DIGITS.fullmatch(value):
+        raise BadRequest(name, f"{value!r} is not a timestamp; expected 1 to 14 digits")
+    return value
+
+
+def parse_query(params: Mapping[str, Sequence[str]], *, url: str | None = None) -> CaptureQuery:
+    """Validate Index/Resource API parameters into a :class:`CaptureQuery`.
+
+    ``params`` maps each name to all its values (e.g. from
+    ``MultiDict.getall``). ``url`` overrides the ``url`` parameter (post-request
+    routes). Raises :class:`BadRequest` naming the parameter on any problem.
+    """
+    if url is None:
+        url = _one(params, "url")
+    if not url:
+        raise BadRequest("url", "missing; the url parameter is required")
+
+    match_type_text = _one(params, "matchType")
+    if match_type_text is None:
+        if url.startswith("*."):
+            url, match_type_text = url[2:], "domain"
+        elif url.endswith("*"):
+            url, match_type_text = url[:-1], "prefix"
+        else:
+            match_type_text = "exact"
+    if match_type_text not in MATCH_TYPES:
+        raise BadRequest("matchType", f"{match_type_text!r} is not one of {', '.join(MATCH_TYPES)}")
+    match_type: MatchType = match_type_text
+    if not url:
+        raise BadRequest("url", "empty after removing the wildcard")
+    try:
+        key, end_key = key_range(url, match_type)
+    except ValueError as exc:
+        raise BadRequest("url", str(exc)) from exc
+
+    closest = _one(params, "closest")
+    if closest == "now":
+        closest = now_timestamp()
+    elif closest is not None:
+        if not _DIGITS.fullmatch(closest):
+            raise BadRequest(
+                "closest", f"{closest!r} is not a timestamp; expected 1 to 14 digits or 'now'"
+            )
+        closest = pad_timestamp(closest, up=False)
+
+    from_ts = _timestamp(params, "from")
+    to_ts = _timestamp(params, "to")
+    if from_ts:
+        from_ts = pad_timestamp(from_ts, up=False)
+    if to_ts:
+        to_ts = pad_timestamp(to_ts, up=True)
+
+    limit = DEFAULT_LIMIT
+    limit_text = _one(params, "limit")
+    if limit_text is not None:
+        try:
+            limit = int(limit_text)
+        except ValueError:
+            raise BadRequest("limit", f"{limit_text!r} is not an integer") from None
+        if limit < 0:
+            raise BadRequest("limit", f"{limit} is negative; expected 0 or more")
+
+    sort_text = _one(params, "sort")
+    reverse = (_one(params, "reverse") or "").lower() in ("1", "true")
+    sort: Sort
+    if closest:
+        sort = "closest"
+    elif sort_text == "reverse" or (reverse and not sort_text):
+        sort = "reverse"
+    elif sort_text in (None, "", "asc", "ascending"):
+        sort = "ascending"
+    elif sort_text == "closest":
+        raise BadRequest("sort", "sort=closest needs a closest= timestamp")
+    else:
+        raise BadRequest("sort", f"{sort_text!r} is not one of closest, reverse")
+
+    filters = tuple(CdxFilter.parse(text) for text in params.get("filter", ()) if text)
+
+    fl = _one(params, "fields") or _one(params, "fl")
+    fields = tuple(name.strip() for name in fl.split(",") if name.strip()) if fl else None
+
+    output_text = _one(params, "output") or "cdxj"
+    if output_text not in OUTPUTS:
+        raise BadRequest("output", f"{output_text!r} is not one of {', '.join(OUTPUTS)}")
+    output: Output = output_text
+
+    sources: tuple[str, ...] = ()
+    exclude = False
+    sources_text = _one(params, "sources")
+    if sources_text and sources_text != "*":
+        exclude = sources_text.startswith("!")
+        sources = tuple(s for s in sources_text.lstrip("!").split(",") if s)
+
+    return CaptureQuery(
+        url=url,
+        match_type=match_type,
+        key=key,
+        end_key=end_key,
+        closest=closest,
+        from_ts=from_ts,
+        to_ts=to_ts,
+        limit=limit,
+        sort=sort,
+        filters=filters,
+        fields=fields,
+        output=output,
+        sources=sources,
+        exclude_sources=exclude,
+    )

@@ -1,0 +1,18 @@
+"""Index source types: SOURCE_TYPES maps a config ``type`` to its class.
+
+One module and one line here per type; the class carries its config dataclass
+(``config_type``) and the shorthand prefixes that select it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gateway.sources.base import IndexSource, SourceFactory
+from gateway.sources.cdxj_file import CdxjFileSource
+
+__all__ = ["SOURCE_TYPES", "IndexSource", "SourceFactory"]
+
+SOURCE_TYPES: Final[dict[str, type[SourceFactory]]] = {
+    "file": CdxjFileSource,
+}

@@ -1,0 +1,55 @@
+"""CdxRecord parsing and serialization against pywb's CDXObject output."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.cdxj import CdxFormatError, CdxRecord
+
+LINE = (
+    'org,iana)/ 20140126200624 {"url": "http://www.iana.org/", "mime": "text/html", '
+    '"status": "200", "digest": "OSSAPWJ23L56IYVRW3GFEAR4MCJMGPTB", "length": "2258", '
+    '"offset": "334", "filename": "iana.warc.gz"}'
+)
+
+
+def test_cdxj_round_trip_is_byte_identical() -> None:
+    assert CdxRecord.parse(LINE + "\n").to_cdxj() == LINE + "\n"
+
+
+def test_outputs_match_pywb() -> None:
+    record = CdxRecord.parse(LINE)
+    # pywb: output=json, fl=url,status
+    assert record.to_json(["url", "status"]) == (
+        '{"url": "http://www.iana.org/", "status": "200"}\n'
+    )
+    # pywb: output=text, fl=url,status,foo
+    assert record.to_text(["url", "status", "foo"]) == "http://www.iana.org/ 200 -\n"
+    assert record.to_text() == (
+        "org,iana)/ 20140126200624 http://www.iana.org/ text/html 200 "
+        "OSSAPWJ23L56IYVRW3GFEAR4MCJMGPTB 2258 334 iana.warc.gz\n"
+    )
+    assert record.to_json().startswith('{"urlkey": "org,iana)/", "timestamp": "20140126200624", ')
+
+
+def test_legacy_11_field_cdx() -> None:
+    record = CdxRecord.parse(
+        "org,iana)/ 20140126200624 http://www.iana.org/ text/html 200 "
+        "OSSAPWJ23L56IYVRW3GFEAR4MCJMGPTB - - 2258 334 iana.warc.gz"
+    )
+    assert (record.length, record.offset, record.filename) == (2258, 334, "iana.warc.gz")
+    assert record.fields["redirect"] == "-"
+
+
+def test_integer_status_becomes_a_string() -> None:
+    record = CdxRecord.parse('com,example)/ 20140101000000 {"status": 200, "url": "x"}')
+    assert record.status == "200"
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["", "com,example)/", "a b c d", "com,example)/ 2014 {not json", "com,example)/ 2014 [1]"],
+)
+def test_bad_lines_raise(line: str) -> None:
+    with pytest.raises(CdxFormatError):
+        CdxRecord.parse(line)
