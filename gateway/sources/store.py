@@ -1,0 +1,169 @@
+"""``$store``: the snapshot store as an index source.
+
+The store is app-wide (one ``store:`` section), so the source has no
+settings of its own: ``$store`` in an ``index``/``index_group`` selects it.
+The :class:`~gateway.store.store.Store` is opened by the app's
+``cleanup_ctx`` after the sources are built, so the source reaches it at
+lookup time through ``SharedClients.store`` (``Store | None``).
+
+Records carry ``filename`` relative to the store's ``warcs/`` directory
+(``Store.warc_dir``). The source brings its own resource loader
+(:meth:`StoreSource.resource_loaders`): the gateway's WARC loader over that
+directory, accepting only this member's captures (``source-coll``), so a
+collection needs nothing but ``index: $store``. An ordinary WARC prefix
+``<store root>/warcs/`` loads the same records. A name may end in ``.open``
+while its file is being written; it stays loadable for a grace period after
+the file is closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Self
+
+from gateway.cdxj import CdxRecord
+from gateway.clients import SharedClients
+from gateway.errors import ArchiveFileNotFound, SourceUnavailable
+from gateway.loaders.base import LoadContext, LoadedRecord, ResourceLoader
+from gateway.loaders.resolvers import check_filename
+from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
+from gateway.query import CaptureQuery
+from gateway.sources.base import SourceConfig
+from gateway.store.errors import StoreError
+from gateway.store.store import Store
+
+__all__ = ["StoreRecordLoader", "StoreSource", "StoreSourceConfig"]
+
+SHORTHAND = "$store"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreSourceConfig:
+    """``$store`` (no settings: the store is configured in the ``store:`` section)."""
+
+    @classmethod
+    def from_shorthand(cls, text: str) -> Self:
+        """Accept exactly ``$store``; raises ValueError otherwise."""
+        if text != SHORTHAND:
+            raise ValueError(f"{text!r} is not the snapshot store; expected {SHORTHAND!r}")
+        return cls()
+
+
+StoreGetter = Callable[[], Store | None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreResolverConfig:
+    """The store's ``warcs/`` directory as a WARC location (no settings)."""
+
+    @classmethod
+    def from_shorthand(cls, text: str) -> Self:
+        if text != SHORTHAND:
+            raise ValueError(f"{text!r} is not the snapshot store; expected {SHORTHAND!r}")
+        return cls()
+
+
+class StoreResolver:
+    """Resolver: a CDX ``filename`` -> ``<store root>/warcs/<filename>``."""
+
+    def __init__(self, store: StoreGetter) -> None:
+        self._store = store
+
+    async def locate(self, filename: str) -> list[str]:
+        """The one candidate path; raises UnsafeFilename or ArchiveFileNotFound (store closed)."""
+        check_filename(filename)
+        store = self._store()
+        if store is None:
+            raise ArchiveFileNotFound(
+                f"{filename}: the snapshot store is not open", {filename: "store not open"}
+            )
+        return [str(store.warc_dir / filename)]
+
+    def describe(self) -> str:
+        store = self._store()
+        return f"snapshot store {store.warc_dir}/" if store is not None else "snapshot store"
+
+
+class StoreRecordLoader:
+    """Loads the captures of one ``$store`` member with the gateway's WARC loader.
+
+    ``accepts`` only captures tagged with this member's name (``source-coll``)
+    that name a file and offset; revisits resolve through the step's
+    ``find_original`` as for any WARC capture.
+    """
+
+    def __init__(self, *, name: str, store: StoreGetter, clients: SharedClients) -> None:
+        self.name = name
+        config = WarcLoaderConfig(resolvers=(StoreResolverConfig(),))
+        self._warc = WarcLoader(config, clients=clients, resolvers=[StoreResolver(store)])
+
+    def accepts(self, capture: CdxRecord) -> bool:
+        return capture.fields.get("source-coll") == self.name and self._warc.accepts(capture)
+
+    async def load(self, capture: CdxRecord, ctx: LoadContext) -> LoadedRecord:
+        """Load the record (see :meth:`WarcLoader.load <gateway.loaders.warc.WarcLoader.load>`)."""
+        return await self._warc.load(capture, ctx)
+
+    def describe(self) -> str:
+        return self._warc.describe()
+
+
+class StoreSource:
+    """Index source over the snapshot store (pywb warcserver ``IndexSource`` role)."""
+
+    config_type: ClassVar[type[SourceConfig]] = StoreSourceConfig
+    shorthand_prefixes: ClassVar[tuple[str, ...]] = (SHORTHAND,)
+
+    def __init__(
+        self, *, name: str, store: StoreGetter, clients: SharedClients | None = None
+    ) -> None:
+        self.name = name
+        self._store = store
+        self._loader = StoreRecordLoader(name=name, store=store, clients=clients or SharedClients())
+
+    @classmethod
+    def from_config(cls, config: SourceConfig, *, name: str, clients: SharedClients) -> StoreSource:
+        """Build the source; the store is taken from ``clients.store`` at lookup time."""
+        if not isinstance(config, StoreSourceConfig):
+            raise TypeError(f"expected StoreSourceConfig, got {type(config).__name__}")
+
+        def current() -> Store | None:
+            return clients.store
+
+        return cls(name=name, store=current, clients=clients)
+
+    @classmethod
+    def for_store(cls, store: Store, *, name: str = "store") -> StoreSource:
+        """A source over an already opened store (tests, embedding)."""
+        return cls(name=name, store=lambda: store)
+
+    async def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
+        """Yield captures in ``[query.key, query.end_key)`` sorted by (urlkey, timestamp).
+
+        Raises :class:`~gateway.errors.SourceUnavailable` when the store is not
+        open or its index fails.
+        """
+        store = self._store()
+        if store is None:
+            raise SourceUnavailable(
+                self.name, "the snapshot store is not open (is a store: section configured?)"
+            )
+        try:
+            async for record in store.lookup(query):
+                yield record
+        except StoreError as exc:
+            raise SourceUnavailable(self.name, exc.message) from exc
+
+    def describe(self) -> str:
+        store = self._store()
+        where = f"{store.root}" if store is not None else "the configured store: root"
+        return f"snapshot store ($store) at {where}"
+
+    def resource_loaders(self) -> Sequence[ResourceLoader]:
+        """The loader of this member's captures (records in the store's ``warcs/``)."""
+        return (self._loader,)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the app owns the store."""
+        return None

@@ -1,0 +1,41 @@
+"""The snapshot store: versioned, deduplicated WARC/1.1 captures with a crash-safe index.
+
+Modules, one concept each:
+
+- :mod:`~gateway.store.settings`  ``StoreSettings`` (the ``store:`` section)
+- :mod:`~gateway.store.store`     ``Store``: open/recover, record, look up, import, close
+- :mod:`~gateway.store.capture`   ``CaptureInput`` in, ``CaptureAck`` out
+- :mod:`~gateway.store.writer`    the writer task (batches, dedup, durability)
+- :mod:`~gateway.store.warcfile`  the open WARC file (append, truncate back, close)
+- :mod:`~gateway.store.db`        the SQLite index (captures, files, dedup)
+- :mod:`~gateway.store.reader`    lookups: versions, latest, nearest, ranges
+- :mod:`~gateway.store.indexing`  index rows from WARC bytes (warcio)
+- :mod:`~gateway.store.framing`   strict "is this record whole?" scanner
+- :mod:`~gateway.store.verify`    framing + warcio digests of one file
+- :mod:`~gateway.store.recovery`  start-up recovery
+- :mod:`~gateway.store.importer`  ``store add``
+- :mod:`~gateway.store.check`     ``store check``
+- :mod:`~gateway.store.repair`    ``store repair``
+- :mod:`~gateway.store.layout`    directory layout, file names, the store lock
+- :mod:`~gateway.store.cli`       ``gateway store add|history|check|repair``
+
+The on-disk layout is described in :mod:`gateway.store.layout`.
+"""
+
+from __future__ import annotations
+
+from gateway.store.capture import CaptureAck, CaptureInput, HttpRequest, HttpResponse
+from gateway.store.errors import StoreError, StoreWriteError
+from gateway.store.settings import StoreSettings
+from gateway.store.store import Store
+
+__all__ = [
+    "CaptureAck",
+    "CaptureInput",
+    "HttpRequest",
+    "HttpResponse",
+    "Store",
+    "StoreError",
+    "StoreSettings",
+    "StoreWriteError",
+]

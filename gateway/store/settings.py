@@ -1,0 +1,102 @@
+"""StoreSettings: the ``store:`` section of collections.yaml.
+
+``config.py`` builds :class:`StoreSettings` from the YAML mapping by field name
+(unknown keys are rejected there); every field has a plain type so that the
+mapping converts one to one. :meth:`StoreSettings.__post_init__` raises
+:class:`ValueError` naming the field and what was expected, which ``config.py``
+turns into a :class:`~gateway.errors.ConfigError` carrying the YAML path.
+
+Example::
+
+    store:
+      root: ./archive
+      rollover_bytes: 1000000000
+      dedup: revisit
+      fsync: always
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, get_args
+
+__all__ = ["DEDUP_POLICIES", "FSYNC_POLICIES", "DedupPolicy", "FsyncPolicy", "StoreSettings"]
+
+#: ``keep``: every capture is written in full. ``revisit``: a capture whose
+#: payload digest equals a stored full record's is written as a revisit record
+#: (WARC 1.1 §6.7.2). ``skip``: a capture whose payload equals the latest
+#: capture of the same URL is not written at all (otherwise as ``revisit``).
+DedupPolicy = Literal["keep", "revisit", "skip"]
+
+#: ``always``: every acknowledged capture has been fsynced (WARC file and
+#: index), so it survives a power loss. ``close``: fsync only when a WARC file
+#: is closed; an acknowledged capture survives a crash of the process (the
+#: bytes are in the OS page cache) but not of the machine. ``never``: no
+#: fsync at all (tests and benchmarks).
+FsyncPolicy = Literal["always", "close", "never"]
+
+DEDUP_POLICIES: Final[tuple[DedupPolicy, ...]] = get_args(DedupPolicy)
+FSYNC_POLICIES: Final[tuple[FsyncPolicy, ...]] = get_args(FsyncPolicy)
+
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreSettings:
+    """Where and how the snapshot store writes.
+
+    - ``root``: the store directory (``warcs/``, ``index.sqlite3``,
+      ``invalid/``, ``store.lock`` live under it); relative paths are taken
+      from the working directory.
+    - ``rollover_bytes``: a WARC file is closed and a new one started once it
+      reaches this size (a capture is never split, so a file can exceed it by
+      one capture).
+    - ``dedup``: the default :data:`DedupPolicy`; a recording step may pass
+      its collection's own policy with each capture.
+    - ``fsync``: the :data:`FsyncPolicy`.
+    - ``warc_prefix``: WARC file names are
+      ``{warc_prefix}-{YYYYMMDDhhmmss}-{serial:05d}.warc.gz``.
+    - ``dedup_min_payload_bytes``: payloads shorter than this are always
+      written in full (a revisit of an empty body saves nothing).
+    - ``max_queued_captures``: captures waiting for the writer before
+      :meth:`Store.record <gateway.store.store.Store.record>` waits for room.
+    - ``max_batch_captures``: captures written between two fsyncs at most
+      (group commit).
+    """
+
+    root: str = "./archive"
+    rollover_bytes: int = 1_000_000_000
+    dedup: DedupPolicy = "revisit"
+    fsync: FsyncPolicy = "always"
+    warc_prefix: str = "gateway"
+    dedup_min_payload_bytes: int = 1
+    max_queued_captures: int = 256
+    max_batch_captures: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.root:
+            raise ValueError("root: empty; expected a directory path such as ./archive")
+        if self.rollover_bytes < 1:
+            raise ValueError(f"rollover_bytes: {self.rollover_bytes} is not a positive size")
+        if self.dedup not in DEDUP_POLICIES:
+            raise ValueError(f"dedup: {self.dedup!r} is not one of {', '.join(DEDUP_POLICIES)}")
+        if self.fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync: {self.fsync!r} is not one of {', '.join(FSYNC_POLICIES)}")
+        if not _PREFIX.fullmatch(self.warc_prefix):
+            raise ValueError(
+                f"warc_prefix: {self.warc_prefix!r} is not a file-name prefix; expected "
+                "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        if self.dedup_min_payload_bytes < 0:
+            raise ValueError(f"dedup_min_payload_bytes: {self.dedup_min_payload_bytes} is negative")
+        if self.max_queued_captures < 1:
+            raise ValueError(f"max_queued_captures: {self.max_queued_captures} is below 1")
+        if self.max_batch_captures < 1:
+            raise ValueError(f"max_batch_captures: {self.max_batch_captures} is below 1")
+
+    @property
+    def root_path(self) -> Path:
+        """``root`` as a :class:`~pathlib.Path`."""
+        return Path(self.root)

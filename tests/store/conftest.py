@@ -1,0 +1,33 @@
+"""Fixtures for the snapshot store tests: a fresh store directory and an open store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.store.settings import StoreSettings
+from gateway.store.store import Store
+
+
+@pytest.fixture
+def store_root(tmp_path: Path) -> Path:
+    """An empty directory for a store (``<tmp>/archive``, created by Store.open)."""
+    return tmp_path / "archive"
+
+
+@pytest.fixture
+def settings(store_root: Path) -> StoreSettings:
+    """Default settings (dedup ``revisit``, fsync ``always``) rooted at ``store_root``."""
+    return StoreSettings(root=str(store_root))
+
+
+@pytest.fixture
+async def store(settings: StoreSettings) -> AsyncIterator[Store]:
+    """An open store, closed after the test."""
+    opened = await Store.open(settings)
+    try:
+        yield opened
+    finally:
+        await opened.close()

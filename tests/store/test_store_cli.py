@@ -1,0 +1,275 @@
+"""``gateway store add | check | repair`` through :func:`gateway.store.cli.main`.
+
+``check`` must never change anything: every test that runs it on a broken
+store compares a snapshot of the whole store directory before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.store.cli import add_subcommands
+from gateway.store.cli import main as store_cli
+from gateway.store.layout import Layout
+from gateway.store.settings import StoreSettings
+from gateway.store.store import Store
+from tests.store.store_support import make_capture, read_all_records, read_record, tree_snapshot
+
+
+def _fill(settings: StoreSettings, count: int = 4) -> list[bytes]:
+    bodies = [f"capture {i} ".encode() * 200 for i in range(count)]
+
+    async def run() -> None:
+        async with await Store.open(settings) as store:
+            for i, body in enumerate(bodies):
+                await store.record(make_capture(f"http://example.com/{i}", body))
+
+    asyncio.run(run())
+    return bodies
+
+
+def _check(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    before = tree_snapshot(root)
+    status = store_cli(["check", "--root", str(root), "--no-progress"])
+    assert tree_snapshot(root) == before, "store check changed the store"
+    return status, capsys.readouterr().out
+
+
+def _served(settings: StoreSettings, urls: list[str]) -> dict[str, bytes]:
+    async def run() -> dict[str, bytes]:
+        out = {}
+        async with await Store.open(settings) as store:
+            for url in urls:
+                for capture in await store.history(url):
+                    out[url] = read_record(store.warc_dir, capture).payload
+        return out
+
+    return asyncio.run(run())
+
+
+def test_add_copies_verifies_and_indexes(
+    settings: StoreSettings, sample_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = sample_dir / "warcs" / "iana.warc.gz"
+    assert store_cli(["add", "--root", settings.root, str(source)]) == 0
+    assert "captures indexed" in capsys.readouterr().out
+    copy = Layout(settings.root_path).warcs / "iana.warc.gz"
+    assert (
+        hashlib.sha256(copy.read_bytes()).digest() == hashlib.sha256(source.read_bytes()).digest()
+    )
+    # The index agrees with the sample's cdxj-indexer index of the same file.
+    expected = set()
+    for line in (sample_dir / "cdxj" / "iana.cdxj").read_text().splitlines():
+        urlkey, timestamp, block = line.split(" ", 2)
+        fields = json.loads(block)
+        expected.add((urlkey, timestamp, fields["offset"], fields["length"]))
+    assert store_cli(["history", "--root", settings.root, "http://www.iana.org/"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines
+    for line in lines:
+        urlkey, timestamp, block = line.split(" ", 2)
+        fields = json.loads(block)
+        assert (urlkey, timestamp, fields["offset"], fields["length"]) in expected
+    # Adding the same file again changes nothing.
+    assert store_cli(["add", "--root", settings.root, str(source)]) == 0
+    assert "already in the store" in capsys.readouterr().out
+    status, out = _check(settings.root_path, capsys)
+    assert status == 0, out
+
+
+def test_add_rejects_invalid_files(
+    settings: StoreSettings, sample_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.warc.gz"
+    shutil.copy(sample_dir / "warcs" / "example-bad.warc.gz.bad", bad)
+    not_warc = tmp_path / "notes.txt"
+    not_warc.write_text("hello")
+    assert store_cli(["add", "--root", settings.root, str(bad), str(not_warc)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.warc.gz: rejected" in err
+    assert "notes.txt: rejected" in err
+    assert list(Layout(settings.root_path).warcs.iterdir()) == []
+
+
+def test_check_passes_on_a_healthy_store(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fill(settings)
+    status, out = _check(settings.root_path, capsys)
+    assert status == 0
+    assert "4 index entries: OK" in out
+
+
+def test_check_and_repair_a_corrupted_record(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bodies = _fill(settings)
+    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    victim = [r for r in read_all_records(warc) if r.rec_type == "response"][1]
+    data = bytearray(warc.read_bytes())
+    data[victim.offset + victim.length // 2] ^= 0xFF  # flip a byte inside the gzip member
+    warc.write_bytes(bytes(data))
+    status, out = _check(settings.root_path, capsys)
+    assert status == 1
+    assert "damaged" in out
+    assert store_cli(["repair", "--root", settings.root]) == 0
+    out = capsys.readouterr().out
+    assert "salvaged" in out
+    status, out = _check(settings.root_path, capsys)
+    assert status == 0, out
+    served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
+    # Framing stops at the damaged member: the records before it are kept.
+    assert served == {"http://example.com/0": bodies[0]}
+    assert list((settings.root_path / "invalid").rglob(warc.name))
+
+
+def test_check_and_repair_a_bad_digest(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A record whose bytes are whole but whose digest is wrong: rewrite one
+    # response with a different payload of the same length (same framing).
+    bodies = _fill(settings)
+    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    import gzip
+    import zlib
+
+    records = read_all_records(warc)
+    victim = [r for r in records if r.rec_type == "response"][2]
+    raw = warc.read_bytes()
+    member = zlib.decompress(raw[victim.offset : victim.offset + victim.length], 31)
+    tampered = member.replace(bodies[2], bodies[2].upper())
+    new_member = gzip.compress(tampered)
+    warc.write_bytes(raw[: victim.offset] + new_member + raw[victim.offset + victim.length :])
+    status, out = _check(settings.root_path, capsys)
+    assert status == 1
+    assert "[digest]" in out
+    assert store_cli(["repair", "--root", settings.root]) == 0
+    capsys.readouterr()
+    status, out = _check(settings.root_path, capsys)
+    assert status == 0, out
+    served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
+    assert served == {f"http://example.com/{i}": bodies[i] for i in (0, 1, 3)}
+
+
+def test_check_and_repair_a_torn_open_file(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bodies = _fill(settings)
+    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    torn = warc.with_name(warc.name + ".open")
+    warc.rename(torn)
+    last = read_all_records(torn)[-1]
+    member = torn.read_bytes()[last.offset : last.offset + last.length]
+    with torn.open("ab") as fh:
+        fh.write(member[: len(member) - 9])  # a write cut short
+    status, out = _check(settings.root_path, capsys)
+    assert status == 1
+    assert "not_closed" in out
+    assert "torn_tail" in out
+    assert store_cli(["repair", "--root", settings.root]) == 0
+    assert "truncated the torn tail" in capsys.readouterr().out
+    assert _check(settings.root_path, capsys)[0] == 0
+    served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
+    assert served == {f"http://example.com/{i}": bodies[i] for i in range(4)}
+
+
+def test_check_reports_index_entries_that_disagree(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    _fill(settings)
+    db = sqlite3.connect(Layout(settings.root_path).db_path)
+    db.execute("UPDATE captures SET offset = offset + 1 WHERE id = 2")
+    db.execute("DELETE FROM captures WHERE id = 3")
+    db.commit()
+    db.close()
+    status, out = _check(settings.root_path, capsys)
+    assert status == 1
+    assert "[index_mismatch]" in out
+    assert "[unindexed_record]" in out
+    assert store_cli(["repair", "--root", settings.root]) == 0
+    assert "re-indexed" in capsys.readouterr().out
+    assert _check(settings.root_path, capsys)[0] == 0
+
+
+def test_check_while_a_writer_holds_the_store(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fill(settings, count=2)
+
+    async def run() -> None:
+        async with await Store.open(settings) as store:
+            await store.record(make_capture("http://example.com/live", b"live"))
+            status = await asyncio.to_thread(
+                store_cli, ["check", "--root", settings.root, "--no-progress"]
+            )
+            assert status == 0
+            assert "open file(s) skipped" in capsys.readouterr().out
+            assert await asyncio.to_thread(store_cli, ["repair", "--root", settings.root]) == 2
+            assert "in use" in capsys.readouterr().err
+
+    asyncio.run(run())
+
+
+def test_check_shows_a_progress_bar(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fill(settings, count=2)
+    assert store_cli(["check", "--root", settings.root, "--progress"]) == 0
+    assert "store check [" in capsys.readouterr().err
+
+
+def test_check_of_a_missing_store_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert store_cli(["check", "--root", str(tmp_path / "nothing")]) == 1
+    assert "no store" in capsys.readouterr().out
+
+
+def test_subcommands_register_under_gateway_store(settings: StoreSettings) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="gateway")
+    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["store", "check", "--root", settings.root, "--no-progress"])
+    assert callable(args.run)
+    _fill(settings, count=1)
+    assert args.run(args) == 0
+
+
+def test_module_entry_point_runs_as_a_process(settings: StoreSettings) -> None:
+    _fill(settings, count=1)
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.store.cli", "check", "--root", settings.root],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "OK" in done.stdout
+
+
+def test_config_option_uses_the_settings_loader(settings: StoreSettings, tmp_path: Path) -> None:
+    import argparse
+
+    seen: list[str] = []
+
+    def loader(path: str) -> StoreSettings:
+        seen.append(path)
+        return settings
+
+    parser = argparse.ArgumentParser(prog="gateway")
+    add_subcommands(parser.add_subparsers(dest="command", required=True), settings_loader=loader)
+    _fill(settings, count=1)
+    config = str(tmp_path / "collections.yaml")
+    args = parser.parse_args(["store", "check", "--config", config, "--no-progress"])
+    assert args.run(args) == 0
+    assert seen == [config]
