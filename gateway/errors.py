@@ -14,6 +14,7 @@
     ├── AllSourcesFailed              503  every source of a lookup failed
     └── LoadError                     404  one capture could not be loaded
         ├── ArchiveFileNotFound            ... no configured prefix holds the file
+        ├── ArchiveUnavailable             ... I/O failed: HTTP 5xx, refused, read error
         ├── UnsafeFilename                 ... CDX filename escapes its prefixes
         ├── RecordFormatError              ... bytes at offset are not a WARC/ARC record
         ├── RevisitUnresolved              ... a revisit's original was not found
@@ -32,6 +33,7 @@ from collections.abc import Mapping
 __all__ = [
     "AllSourcesFailed",
     "ArchiveFileNotFound",
+    "ArchiveUnavailable",
     "BadRequest",
     "ConfigError",
     "GatewayError",
@@ -158,6 +160,11 @@ class LoadError(GatewayError):
 
 class ArchiveFileNotFound(LoadError):
     """No configured resource prefix or path index holds the CDX ``filename``."""
+
+
+class ArchiveUnavailable(LoadError):
+    """The archive holding the record could not be read (HTTP 5xx, connection
+    refused, read or permission error); another capture may still load."""
 
 
 class UnsafeFilename(LoadError):

@@ -54,6 +54,7 @@ from urllib.parse import quote, unquote
 
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveFileNotFound, UnsafeFilename
+from gateway.loaders.redis_resolver import RedisResolver
 
 __all__ = [
     "RESOLVER_TYPES",
@@ -74,7 +75,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ResolverKind = Literal["prefix", "path_index"]
+ResolverKind = Literal["prefix", "path_index", "redis_index"]
 
 _PREFIX_MARK: Final = "warc-prefix+"
 _INDEX_MARK: Final = "warc-index+"
@@ -461,9 +462,10 @@ def _read_path_index(path: str) -> dict[str, tuple[str, ...]]:
 
 
 # ---------------------------------------------------------------- registry
-RESOLVER_TYPES: Final[dict[ResolverKind, type[ResolverFactory]]] = {
+RESOLVER_TYPES: Final[dict[str, type[ResolverFactory]]] = {
     "prefix": PrefixResolver,
     "path_index": PathIndexResolver,
+    "redis_index": RedisResolver,
 }
 
 
@@ -472,13 +474,16 @@ def resolver_kind_for_shorthand(text: str) -> ResolverKind:
 
     ``warc-index+`` selects a path index; ``warc-prefix+``, ``http(s)://`` and
     ``file://`` a prefix; a plain path naming an existing regular file a path
-    index; anything else a prefix (a directory).
+    index; anything else a prefix (a directory). ``warc-index+redis://`` and
+    ``redis://`` select a Redis hash (:mod:`gateway.loaders.redis_resolver`).
 
     >>> resolver_kind_for_shorthand("warc-index+file:///data/paths.txt")
     'path_index'
     >>> resolver_kind_for_shorthand("https://example.org/warcs/")
     'prefix'
     """
+    if text.startswith(RedisResolver.shorthand_prefixes):
+        return "redis_index"
     if text.startswith(_INDEX_MARK):
         return "path_index"
     if text.startswith((_PREFIX_MARK, *_HTTP_SCHEMES, "file://")):

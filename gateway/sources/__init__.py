@@ -9,10 +9,20 @@ from __future__ import annotations
 from typing import Final
 
 from gateway.sources.base import IndexSource, SourceFactory
+from gateway.sources.cdx_api import CdxApiSource
 from gateway.sources.cdxj_file import CdxjFileSource
+from gateway.sources.live import LiveSource
+from gateway.sources.memento_api import MementoSource
+from gateway.sources.redis_zset import RedisIndexSource
+from gateway.sources.store import StoreSource
 
 __all__ = ["SOURCE_TYPES", "IndexSource", "SourceFactory"]
 
 SOURCE_TYPES: Final[dict[str, type[SourceFactory]]] = {
+    "cdx": CdxApiSource,
     "file": CdxjFileSource,
+    "live": LiveSource,
+    "memento": MementoSource,
+    "redis": RedisIndexSource,
+    "store": StoreSource,
 }

@@ -106,7 +106,9 @@ def test_describe(sample_dir: Path, tmp_path: Path) -> None:
     assert build(sample_dir / "cdx/iana.cdx").describe().endswith("(CDX, 30.4 kB)")
     gz = sample_dir / "cdxj/example.cdx.gz"
     assert build(gz).describe() == f"file {gz} (gzip CDXJ, linear scan, 194 B)"
-    assert build(sample_dir / "cdxj").describe() == f"directory {sample_dir}/cdxj (7 index files)"  # not example.cdx.gz
+    assert (
+        build(sample_dir / "cdxj").describe() == f"directory {sample_dir}/cdxj (7 index files)"
+    )  # not example.cdx.gz
     (tmp_path / "one.cdxj").write_bytes(b"")
     assert build(tmp_path).describe() == f"directory {tmp_path} (1 index file)"
     assert build(tmp_path / "one.cdxj").describe().endswith("(empty, 0 B)")

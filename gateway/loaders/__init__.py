@@ -1,0 +1,42 @@
+"""Resource loader types: LOADER_TYPES maps a loader type name to its class.
+
+One module and one line here per type (as ``SOURCE_TYPES`` for index
+sources). Every class implements the
+:class:`~gateway.loaders.base.ResourceLoader` protocol; the shared contract
+suite (``tests/loaders/test_contract.py``) runs over every one.
+
+``warc``
+    :class:`~gateway.loaders.warc.WarcLoader`: a capture's ``filename`` and
+    ``offset`` read from a local directory, an HTTP range prefix, a path
+    index or a Redis hash (:mod:`gateway.loaders.resolvers`).
+``replay``
+    :class:`~gateway.loaders.replay.ReplayLoader`: a remote source's capture
+    fetched from its ``id_`` replay URL (``load_url``).
+``live``
+    :class:`~gateway.loaders.live.LiveLoader`: a ``$live`` capture fetched
+    from the live web.
+
+The snapshot store's loader,
+:class:`~gateway.sources.store.StoreRecordLoader`, is not listed: it is
+defined in :mod:`gateway.sources.store`, which imports this package through
+:mod:`gateway.sources.base`, so importing it here would make an import cycle
+(``import gateway.sources`` would fail). It belongs here once it moves to
+``gateway/loaders/store.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gateway.loaders.base import ResourceLoader
+from gateway.loaders.live import LiveLoader
+from gateway.loaders.replay import ReplayLoader
+from gateway.loaders.warc import WarcLoader
+
+__all__ = ["LOADER_TYPES", "ResourceLoader"]
+
+LOADER_TYPES: Final[dict[str, type[ResourceLoader]]] = {
+    "warc": WarcLoader,
+    "replay": ReplayLoader,
+    "live": LiveLoader,
+}
