@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gateway import cdxops
 from gateway.cdxj import CdxRecord
@@ -39,6 +40,9 @@ from gateway.errors import (
 from gateway.loaders.base import ResourceLoader
 from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource
+
+if TYPE_CHECKING:
+    from gateway.recording import Recorder
 
 __all__ = ["Breaker", "Collection", "IndexGroup", "Lookup", "Step"]
 
@@ -271,11 +275,15 @@ def _merge(results: dict[int, list[CdxRecord]], query: CaptureQuery) -> list[Cdx
 
 @dataclass(slots=True)
 class Step:
-    """One step of a collection: an index (group) and the loaders for its captures."""
+    """One step of a collection: an index (group) and the loaders for its captures.
+
+    ``recorder`` is set when the step or one of its members has ``record: true``.
+    """
 
     name: str
     index: IndexGroup
     loaders: list[ResourceLoader]
+    recorder: Recorder | None = None
 
     async def aclose(self) -> None:
         await self.index.aclose()

@@ -16,8 +16,15 @@ from aiohttp import web
 
 from gateway.aggregate import Collection, IndexGroup, Step
 from gateway.api.common import ERRORS_HEADER, errors_header_value
-from gateway.api.index import index_handler
-from gateway.api.resource import resource_handler
+from gateway.api.cors import setup_cors
+from gateway.api.index import ia_cdx_handler, index_handler
+from gateway.api.memento import (
+    memento_handler,
+    timegate_handler,
+    timemap_handler,
+    wayback_timegate_handler,
+)
+from gateway.api.resource import add_post_routes, resource_handler
 from gateway.api.status import health_handler, root_handler, status_handler
 from gateway.clients import SharedClients
 from gateway.config import CollectionConfig, GatewayConfig
@@ -26,8 +33,10 @@ from gateway.keys import CLIENTS, COLLECTIONS, CONFIG
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.resolvers import RESOLVER_TYPES
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
+from gateway.recording import Recorder
 from gateway.sources import SOURCE_TYPES
 from gateway.sources.base import IndexSource
+from gateway.store import Store
 
 __all__ = ["build_collection", "build_collections", "create_app"]
 
@@ -69,7 +78,18 @@ def build_collection(config: CollectionConfig, clients: SharedClients) -> Collec
         for member in members:
             loaders.extend(member.resource_loaders())
         group = IndexGroup(members, timeout_s=step_config.timeout_s)
-        steps.append(Step(step_config.name, group, loaders))
+        recording = frozenset(
+            name for name, spec in step_config.members if spec.record or step_config.record
+        )
+        recorder = None
+        if recording:
+            recorder = Recorder(
+                clients=clients,
+                members=recording,
+                dedup=config.dedup,
+                skip_if_updated_days=step_config.skip_if_updated_days,
+            )
+        steps.append(Step(step_config.name, group, loaders, recorder))
     return Collection(config.name, steps, is_sequence=config.is_sequence)
 
 
@@ -117,23 +137,37 @@ def create_app(
     if collections is None:
         collections = build_collections(config, clients)
     app = web.Application(middlewares=[error_middleware])
+    setup_cors(app)  # CORS headers on every response; OPTIONS preflights
     app[CONFIG] = config
     app[CLIENTS] = clients
     app[COLLECTIONS] = collections
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        await app[CLIENTS].start()
+        shared = app[CLIENTS]
+        await shared.start()
+        if config.uses_store and shared.store is None:
+            shared.store = await Store.open(config.store)
         try:
             yield
         finally:
             for collection in app[COLLECTIONS].values():
                 await collection.aclose()
-            await app[CLIENTS].close()
+            if shared.store is not None:
+                await shared.store.close()
+                shared.store = None
+            await shared.close()
 
     app.cleanup_ctx.append(lifecycle)
     app.router.add_get("/", root_handler)
     app.router.add_get("/_status", status_handler)
     app.router.add_get("/_health", health_handler)
     app.router.add_get("/{coll}/index", index_handler)
+    app.router.add_get("/{coll}/cdx", ia_cdx_handler)  # IA CDX server dialect
     app.router.add_get("/{coll}/resource", resource_handler)  # GET also answers HEAD
+    add_post_routes(app.router)  # post-request API and direct POSTs
+    # Memento (RFC 7089); GET also answers HEAD
+    app.router.add_get("/{coll}/timegate/{url:.*}", timegate_handler)
+    app.router.add_get("/{coll}/timemap/{format}/{url:.*}", timemap_handler)
+    app.router.add_get(r"/{coll}/{timestamp:\d{1,14}}id_/{url:.*}", memento_handler)
+    app.router.add_get("/{coll}/{url:[hH][tT][tT][pP][sS]?:.*}", wayback_timegate_handler)
     return app

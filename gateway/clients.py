@@ -17,6 +17,8 @@ import aiohttp
 if TYPE_CHECKING:
     import redis.asyncio
 
+    from gateway.store import Store
+
 __all__ = ["ClientSettings", "SharedClients"]
 
 _DEFAULT_AGENT = "archive-gateway/0.1 (+https://github.com/; web archive aggregator)"
@@ -49,6 +51,8 @@ class SharedClients:
         self.settings = settings or ClientSettings()
         self._session: aiohttp.ClientSession | None = None
         self._redis: dict[str, redis.asyncio.Redis] = {}
+        #: The snapshot store, opened by the app when a collection uses it.
+        self.store: Store | None = None
 
     async def start(self) -> None:
         """Create the ClientSession (call from a running event loop)."""

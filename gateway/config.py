@@ -44,6 +44,7 @@ from gateway.clients import ClientSettings
 from gateway.errors import ConfigError
 from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_kind_for_shorthand
 from gateway.sources import SOURCE_TYPES
+from gateway.store.settings import DedupPolicy, StoreSettings
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -69,6 +70,8 @@ class SourceSpec:
     type: str
     config: Any
     path: str
+    #: Every capture this member serves is also written into the store.
+    record: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +93,10 @@ class StepConfig:
     resolvers: tuple[ResolverSpec, ...]
     is_group: bool
     path: str
+    #: Record every capture of every member of this step into the store.
+    record: bool = False
+    #: With ``record``: serve the store's capture when it is newer than this.
+    skip_if_updated_days: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,6 +104,15 @@ class CollectionConfig:
     name: str
     steps: tuple[StepConfig, ...]
     is_sequence: bool
+    #: Dedup policy for captures this collection records (None: the store's).
+    dedup: DedupPolicy | None = None
+
+    @property
+    def records(self) -> bool:
+        """True when any step or member records into the store."""
+        return any(
+            step.record or any(spec.record for _, spec in step.members) for step in self.steps
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,7 +121,24 @@ class GatewayConfig:
 
     collections: Mapping[str, CollectionConfig]
     client: ClientSettings
+    store: StoreSettings = dataclasses.field(default_factory=StoreSettings)
+    #: True when the file has a ``store:`` section.
+    store_configured: bool = False
     source_file: str = "<string>"
+
+    @property
+    def uses_store(self) -> bool:
+        """Whether the app must open the store: configured, ``$store`` used, or recording."""
+        return (
+            self.store_configured
+            or any(coll.records for coll in self.collections.values())
+            or any(
+                spec.type == "store"
+                for coll in self.collections.values()
+                for step in coll.steps
+                for _, spec in step.members
+            )
+        )
 
 
 def load_config(path: str | Path) -> GatewayConfig:
@@ -129,7 +162,7 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     if data is None:
         data = {}
     root = _mapping(data, "(top level)")
-    _reject_unknown(root, {"collections", "client"}, "(top level)")
+    _reject_unknown(root, {"collections", "client", "store"}, "(top level)")
     collections_data = _mapping(root.get("collections") or {}, "collections")
     collections: dict[str, CollectionConfig] = {}
     for name, value in collections_data.items():
@@ -142,11 +175,27 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
             )
         collections[name] = _collection(name, value, path)
     client = _dataclass(ClientSettings, root.get("client") or {}, "client")
-    return GatewayConfig(collections=collections, client=client, source_file=source_file)
+    store = _dataclass(StoreSettings, root.get("store") or {}, "store")
+    return GatewayConfig(
+        collections=collections,
+        client=client,
+        store=store,
+        store_configured="store" in root,
+        source_file=source_file,
+    )
 
 
 # --------------------------------------------------------------------------- collections
-_STEP_KEYS: Final = {"index", "index_group", "timeout", "resource", "name"}
+_STEP_KEYS: Final = {
+    "index",
+    "index_group",
+    "timeout",
+    "resource",
+    "name",
+    "record",
+    "skip_if_updated_days",
+}
+_DEDUP_POLICIES: Final = ("keep", "revisit", "skip")
 
 
 def _collection(name: str, value: object, path: str) -> CollectionConfig:
@@ -161,7 +210,10 @@ def _collection(name: str, value: object, path: str) -> CollectionConfig:
             path=path,
         )
         return CollectionConfig(name=name, steps=(step,), is_sequence=False)
-    data = _mapping(value, path)
+    data = dict(_mapping(value, path))
+    dedup = data.pop("dedup", None)
+    if dedup is not None and dedup not in _DEDUP_POLICIES:
+        raise ConfigError(f"{path}.dedup", f"{dedup!r} is not one of {', '.join(_DEDUP_POLICIES)}")
     if "sequence" in data:
         _reject_unknown(data, {"sequence"}, path)
         steps_data = data["sequence"]
@@ -179,10 +231,12 @@ def _collection(name: str, value: object, path: str) -> CollectionConfig:
                 raise ConfigError(f"{step_path}.name", f"duplicate step name {step_name!r}")
             names.add(step_name)
             steps.append(_step(step_name, step_map, step_path))
-        return CollectionConfig(name=name, steps=tuple(steps), is_sequence=True)
+        return CollectionConfig(name=name, steps=tuple(steps), is_sequence=True, dedup=dedup)
     if "name" in data:
         raise ConfigError(f"{path}.name", "unknown key; 'name' belongs to sequence steps")
-    return CollectionConfig(name=name, steps=(_step(name, data, path),), is_sequence=False)
+    return CollectionConfig(
+        name=name, steps=(_step(name, data, path),), is_sequence=False, dedup=dedup
+    )
 
 
 def _step(name: str, data: Mapping[str, object], path: str) -> StepConfig:
@@ -211,6 +265,19 @@ def _step(name: str, data: Mapping[str, object], path: str) -> StepConfig:
             f"{path}.timeout", f"expected a positive number of seconds, got {timeout!r}"
         )
     resolvers = _resolvers(data.get("resource"), f"{path}.resource")
+    record = data.get("record", False)
+    if not isinstance(record, bool):
+        raise ConfigError(f"{path}.record", f"expected true or false, got {record!r}")
+    skip_days = data.get("skip_if_updated_days")
+    if skip_days is not None:
+        if isinstance(skip_days, bool) or not isinstance(skip_days, int | float) or skip_days < 0:
+            raise ConfigError(
+                f"{path}.skip_if_updated_days", f"expected a number of days >= 0, got {skip_days!r}"
+            )
+        if not record:
+            raise ConfigError(
+                f"{path}.skip_if_updated_days", "only applies to a recording step (record: true)"
+            )
     return StepConfig(
         name=name,
         members=members,
@@ -218,6 +285,8 @@ def _step(name: str, data: Mapping[str, object], path: str) -> StepConfig:
         resolvers=resolvers,
         is_group=has_group,
         path=path,
+        record=record,
+        skip_if_updated_days=float(skip_days) if skip_days is not None else None,
     )
 
 
@@ -265,9 +334,12 @@ def _source(value: object, path: str) -> SourceSpec:
             f"{path}.type",
             f"unknown source type {type_name!r}; expected one of {', '.join(SOURCE_TYPES)}",
         )
-    rest = {k: v for k, v in data.items() if k != "type"}
+    record = data.get("record", False)
+    if not isinstance(record, bool):
+        raise ConfigError(f"{path}.record", f"expected true or false, got {record!r}")
+    rest = {k: v for k, v in data.items() if k not in ("type", "record")}
     config = _dataclass(SOURCE_TYPES[type_name].config_type, rest, path)
-    return SourceSpec(type=type_name, config=config, path=path)
+    return SourceSpec(type=type_name, config=config, path=path, record=record)
 
 
 def _resolvers(value: object, path: str) -> tuple[ResolverSpec, ...]:

@@ -34,13 +34,25 @@ from gateway.api.common import (
     errors_header_value,
     query_params,
 )
+from gateway.api.index import CONTENT_TYPES as INDEX_CONTENT_TYPES
+from gateway.api.index import serialize as serialize_index
 from gateway.cdxj import CdxRecord
-from gateway.errors import AllSourcesFailed, LoadError, NotFound
+from gateway.errors import AllSourcesFailed, BadRequest, LoadError, NotFound
 from gateway.loaders.base import LoadContext, LoadedRecord, WrappedRequest
 from gateway.memento import iso_to_timestamp, link_value, timestamp_to_http_date
-from gateway.query import CaptureQuery, CdxFilter, parse_query
+from gateway.postreq import end_to_end_headers, method_lookup_url, parse_wrapped_request
+from gateway.query import CaptureQuery, CdxFilter, key_range, parse_query
 
-__all__ = ["find_record", "resource_handler", "send_record"]
+__all__ = [
+    "add_post_routes",
+    "find_record",
+    "post_index_handler",
+    "post_resource_handler",
+    "postreq_index_handler",
+    "postreq_resource_handler",
+    "resource_handler",
+    "send_record",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -92,18 +104,24 @@ async def find_record(
     failed_all = True
     tried_any = False
     for step in collection.steps:
-        answer = await step.index.lookup(query)
-        errors.update(answer.errors)
-        failed_all = failed_all and answer.failed_all
         ctx = LoadContext(
             request_url=query.url,
             find_original=_OriginalFinder(step),
             request=request or WrappedRequest(),
         )
+        if step.recorder is not None and step.recorder.skip_if_updated_days is not None:
+            recent = await step.recorder.recent(query.url, ctx)
+            if recent is not None:
+                return step, recent, errors
+        answer = await step.index.lookup(query)
+        errors.update(answer.errors)
+        failed_all = failed_all and answer.failed_all
         async for capture in answer:
             tried_any = True
             loaded = await _load_capture(step, capture, ctx, errors)
             if loaded is not None:
+                if step.recorder is not None and step.recorder.wants(capture):
+                    loaded = step.recorder.wrap(loaded, ctx.request)
                 return step, loaded, errors
     if failed_all and errors and not tried_any:
         raise AllSourcesFailed(
@@ -185,3 +203,126 @@ async def resource_handler(request: web.Request) -> web.StreamResponse:
     query = parse_query(query_params(request))
     step, loaded, errors = await find_record(collection, query)
     return await send_record(request, step, loaded, errors)
+
+
+# -- post-request API ---------------------------------------------------------------
+#
+# pywb warcserver's /{coll}/resource/postreq and /{coll}/index/postreq, the pywb
+# manual's /{coll}/postreq/resource and /{coll}/postreq/index and the schema
+# draft's /{coll}/resource-post take a whole HTTP request as the body
+# (gateway.postreq); a direct POST to /{coll}/resource or /{coll}/index is its own
+# wrapped request. Either way the request's method, headers and body choose the
+# lookup key (method_lookup_url) and go upstream unaltered on a live or remote
+# fetch (WrappedRequest).
+
+
+def _method_keyed(query: CaptureQuery, request: WrappedRequest) -> CaptureQuery:
+    """``query`` looked up under the method key of ``request`` (pywb ``alt_url``)."""
+
+    def header(name: str) -> str | None:
+        return next((v for k, v in request.headers if k.lower() == name.lower()), None)
+
+    length = header("Content-Length")
+    if length is None and request.body:
+        length = str(len(request.body))
+    alt_url = method_lookup_url(
+        query.url, request.method, header("Content-Type"), length, request.body
+    )
+    if alt_url == query.url:
+        return query
+    try:
+        key, end_key = key_range(alt_url, query.match_type)
+    except ValueError as exc:
+        raise BadRequest("url", str(exc)) from exc
+    return query.evolve(key=key, end_key=end_key, extra={**query.extra, "alt_url": alt_url})
+
+
+async def _wrapped_query(request: web.Request) -> tuple[CaptureQuery, WrappedRequest]:
+    """The query and wrapped request of a post-request route; 400 on a bad body or url."""
+    params = query_params(request)
+    parsed = parse_wrapped_request(await request.read())
+    url = next(iter(params.get("url", ())), "") or parsed.target_url()
+    if not url:
+        raise BadRequest(
+            "url",
+            "missing; give url= or a wrapped request with an absolute-form target "
+            "or a Host header",
+        )
+    wrapped = parsed.wrapped()
+    return _method_keyed(parse_query(params, url=url), wrapped), wrapped
+
+
+async def _direct_query(request: web.Request) -> tuple[CaptureQuery, WrappedRequest]:
+    """A direct POST: the client's own method, end-to-end headers and body."""
+    query = parse_query(query_params(request))
+    wrapped = WrappedRequest(
+        method=request.method,
+        headers=end_to_end_headers(request.headers.items()),
+        body=await request.read(),
+    )
+    return _method_keyed(query, wrapped), wrapped
+
+
+async def _send_index(
+    request: web.Request, collection: Collection, query: CaptureQuery
+) -> web.StreamResponse:
+    """The Index API answer for ``query`` (as ``GET /{coll}/index``)."""
+    step, answer = await collection.lookup(query)
+    response = web.StreamResponse(headers={"Content-Type": INDEX_CONTENT_TYPES[query.output]})
+    if answer.errors:
+        response.headers[ERRORS_HEADER] = errors_header_value(answer.errors)
+    if step is not None and collection.is_sequence:
+        response.headers[STEP_HEADER] = step.name
+    await response.prepare(request)
+    async for line in serialize_index(aiter(answer), query):
+        await response.write(line.encode("utf-8"))
+    await response.write_eof()
+    return response
+
+
+async def postreq_resource_handler(request: web.Request) -> web.StreamResponse:
+    """``POST /{coll}/resource/postreq`` (also ``/postreq/resource``, ``/resource-post``).
+
+    The body is a whole HTTP request (:func:`gateway.postreq.parse_wrapped_request`);
+    ``url=`` (else the wrapped request's own URL) and the other Resource API
+    parameters select the capture, looked up under the method key. 400 naming
+    ``body`` for a malformed wrapped request; otherwise as ``GET /{coll}/resource``.
+    """
+    collection = collection_for(request)
+    query, wrapped = await _wrapped_query(request)
+    step, loaded, errors = await find_record(collection, query, request=wrapped)
+    return await send_record(request, step, loaded, errors)
+
+
+async def postreq_index_handler(request: web.Request) -> web.StreamResponse:
+    """``POST /{coll}/index/postreq`` (also ``/postreq/index``): the Index API answer
+    for the wrapped request's lookup key."""
+    collection = collection_for(request)
+    query, _wrapped = await _wrapped_query(request)
+    return await _send_index(request, collection, query)
+
+
+async def post_resource_handler(request: web.Request) -> web.StreamResponse:
+    """``POST /{coll}/resource?url=...``: the POST itself is the request looked up."""
+    collection = collection_for(request)
+    query, wrapped = await _direct_query(request)
+    step, loaded, errors = await find_record(collection, query, request=wrapped)
+    return await send_record(request, step, loaded, errors)
+
+
+async def post_index_handler(request: web.Request) -> web.StreamResponse:
+    """``POST /{coll}/index?url=...``: index lines for the POST's own lookup key."""
+    collection = collection_for(request)
+    query, _wrapped = await _direct_query(request)
+    return await _send_index(request, collection, query)
+
+
+def add_post_routes(router: web.UrlDispatcher) -> None:
+    """Register the post-request routes and the direct POST routes on ``router``."""
+    router.add_post("/{coll}/resource/postreq", postreq_resource_handler)
+    router.add_post("/{coll}/postreq/resource", postreq_resource_handler)
+    router.add_post("/{coll}/resource-post", postreq_resource_handler)
+    router.add_post("/{coll}/index/postreq", postreq_index_handler)
+    router.add_post("/{coll}/postreq/index", postreq_index_handler)
+    router.add_post("/{coll}/resource", post_resource_handler)
+    router.add_post("/{coll}/index", post_index_handler)

@@ -109,7 +109,9 @@ async def test_ties_follow_file_order_not_line_text(
 ) -> None:
     client = await make_client(sample_yaml)
     resp = await client.get("/pywb/index", params={"url": "example.com/?example=1"})
-    sources = [json.loads(line.split(" ", 2)[2])["source"] for line in (await resp.text()).splitlines()]
+    sources = [
+        json.loads(line.split(" ", 2)[2])["source"] for line in (await resp.text()).splitlines()
+    ]
     first_tie = [s for s in sources if s.endswith(("example-no-digest.cdxj", "example.cdxj"))][:2]
     assert first_tie == ["pywb:example-no-digest.cdxj", "pywb:example.cdxj"]
 

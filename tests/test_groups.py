@@ -1,0 +1,225 @@
+"""index_group deadlines, honest errors, circuit breaker and cancellation.
+
+Real aiohttp servers on 127.0.0.1 play a hanging archive, one that accepts a
+connection and never answers, one that answers garbage and one that answers
+503 with Retry-After. Timing assertions use margins of 5x or more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.app import create_app
+from gateway.config import parse_config
+
+TIMEOUT_S = 0.3
+MARGIN = 5
+
+
+@dataclass
+class Upstream:
+    """A stand-in remote CDX archive with switchable behaviour."""
+
+    mode: str = "hang"
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    requests: int = 0
+
+
+async def _upstream_app(upstream: Upstream, sample_dir: Path) -> web.Application:
+    lines = (sample_dir / "cdxj" / "example.cdxj").read_bytes()
+
+    async def cdx(request: web.Request) -> web.StreamResponse:
+        upstream.requests += 1
+        upstream.started.set()
+        if upstream.mode == "hang":
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                upstream.cancelled.set()
+                raise
+        if upstream.mode == "garbage":
+            return web.Response(body=b"<html>\x00\xffnot an index</html>\n")
+        if upstream.mode == "busy":
+            return web.Response(status=503, headers={"Retry-After": "120"})
+        return web.Response(body=lines, content_type="text/x-cdxj")
+
+    app = web.Application()
+    app.router.add_get("/cdx", cdx)
+    return app
+
+
+@pytest.fixture
+async def upstream(
+    sample_dir: Path,
+) -> AsyncIterator[tuple[Upstream, str]]:
+    state = Upstream()
+    server = TestServer(
+        await _upstream_app(state, sample_dir), host="127.0.0.1", handler_cancellation=True
+    )
+    await server.start_server()
+    try:
+        yield state, f"http://127.0.0.1:{server.port}/cdx"
+    finally:
+        await server.close()
+
+
+@pytest.fixture
+async def silent_port() -> AsyncIterator[int]:
+    """A TCP server that accepts connections and never reads or writes."""
+    writers: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield port
+    finally:
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+Client = TestClient[web.Request, web.Application]
+MakeClient = Callable[[str], Awaitable[Client]]
+
+
+@pytest.fixture
+def make_client(aiohttp_client: Callable[..., Awaitable[Client]]) -> MakeClient:
+    async def make(yaml_text: str) -> Client:
+        return await aiohttp_client(create_app(parse_config(yaml_text)))
+
+    return make
+
+
+def _group(sample_dir: Path, remote: str, timeout_s: float = TIMEOUT_S) -> str:
+    return (
+        f"collections:\n  g:\n    index_group:\n"
+        f"      local: {sample_dir}/cdxj/iana.cdxj\n"
+        f"      remote: cdx+{remote}\n"
+        f"    timeout: {timeout_s}\n"
+    )
+
+
+async def test_hanging_member_answers_within_timeout_and_is_cancelled(
+    make_client: MakeClient, sample_dir: Path, upstream: tuple[Upstream, str]
+) -> None:
+    state, url = upstream
+    client = await make_client(_group(sample_dir, url))
+    started = time.monotonic()
+    resp = await client.get("/g/index", params={"url": "iana.org"})
+    elapsed = time.monotonic() - started
+    assert resp.status == 200
+    assert len((await resp.text()).splitlines()) == 1  # the local member's capture
+    assert elapsed < TIMEOUT_S * MARGIN
+    errors = json.loads(resp.headers["ResErrors"])
+    assert errors == {"remote": f"timeout after {TIMEOUT_S:g} s"}
+    # The upstream request was cancelled, not left running.
+    await asyncio.wait_for(state.cancelled.wait(), TIMEOUT_S * MARGIN)
+
+
+async def test_member_that_never_answers_times_out(
+    make_client: MakeClient, sample_dir: Path, silent_port: int
+) -> None:
+    client = await make_client(_group(sample_dir, f"http://127.0.0.1:{silent_port}/cdx"))
+    started = time.monotonic()
+    resp = await client.get("/g/index", params={"url": "iana.org"})
+    assert time.monotonic() - started < TIMEOUT_S * MARGIN
+    assert resp.status == 200
+    assert "timeout after" in json.loads(resp.headers["ResErrors"])["remote"]
+
+
+async def test_garbage_answer_is_reported(
+    make_client: MakeClient, sample_dir: Path, upstream: tuple[Upstream, str]
+) -> None:
+    state, url = upstream
+    state.mode = "garbage"
+    client = await make_client(_group(sample_dir, url))
+    resp = await client.get("/g/index", params={"url": "example.com/?example=1"})
+    assert resp.status == 200
+    assert "remote" in json.loads(resp.headers["ResErrors"])
+
+
+async def test_all_members_failed_is_503_with_each_reason(
+    make_client: MakeClient, sample_dir: Path, upstream: tuple[Upstream, str], silent_port: int
+) -> None:
+    _, url = upstream
+    client = await make_client(
+        f"collections:\n  g:\n    index_group:\n      a: cdx+{url}\n"
+        f"      b: cdx+http://127.0.0.1:{silent_port}/cdx\n    timeout: {TIMEOUT_S}\n"
+    )
+    resp = await client.get("/g/index", params={"url": "example.com/?example=1"})
+    assert resp.status == 503
+    body = await resp.json()
+    assert set(body["errors"]) == {"a", "b"}
+    assert all("timeout after" in reason for reason in body["errors"].values())
+
+
+async def test_retry_after_opens_the_breaker_and_the_skip_is_reported(
+    make_client: MakeClient, sample_dir: Path, upstream: tuple[Upstream, str]
+) -> None:
+    state, url = upstream
+    state.mode = "busy"
+    client = await make_client(_group(sample_dir, url))
+    first = await client.get("/g/index", params={"url": "iana.org"})
+    assert "503" in json.loads(first.headers["ResErrors"])["remote"]
+    requests_before = state.requests
+    second = await client.get("/g/index", params={"url": "iana.org"})
+    assert second.status == 200
+    assert "circuit breaker" in json.loads(second.headers["ResErrors"])["remote"]
+    assert state.requests == requests_before  # skipped: not asked again
+    status = await (await client.get("/_status")).json()
+    breaker = status["breakers"]["g"]["g"]["remote"]
+    assert breaker["state"] == "open"
+    assert breaker["retry_in_s"] > 60
+
+
+async def test_repeated_timeouts_open_the_breaker(
+    make_client: MakeClient, sample_dir: Path, upstream: tuple[Upstream, str]
+) -> None:
+    _, url = upstream
+    client = await make_client(_group(sample_dir, url, timeout_s=0.1))
+    for _ in range(3):
+        resp = await client.get("/g/index", params={"url": "iana.org"})
+        assert "timeout after" in json.loads(resp.headers["ResErrors"])["remote"]
+    started = time.monotonic()
+    resp = await client.get("/g/index", params={"url": "iana.org"})
+    assert time.monotonic() - started < 0.1 * MARGIN
+    assert "circuit breaker" in json.loads(resp.headers["ResErrors"])["remote"]
+
+
+async def test_client_disconnect_cancels_upstream_calls(
+    sample_dir: Path, upstream: tuple[Upstream, str]
+) -> None:
+    state, url = upstream
+    app = create_app(parse_config(_group(sample_dir, url, timeout_s=30)))
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(TimeoutError):
+                async with session.get(
+                    f"http://127.0.0.1:{port}/g/index",
+                    params={"url": "iana.org"},
+                    timeout=aiohttp.ClientTimeout(total=0.3),
+                ):
+                    pass
+        await asyncio.wait_for(state.cancelled.wait(), 0.3 * MARGIN * 2)
+    finally:
+        await runner.cleanup()
