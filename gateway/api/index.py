@@ -32,10 +32,13 @@ from gateway.api.common import (
     query_params,
 )
 from gateway.cdxj import CdxRecord
+from gateway.ia_cdx import CONTENT_TYPES as IA_CONTENT_TYPES
+from gateway.ia_cdx import count_pages, ia_lookup, serialize_ia
+from gateway.ia_query import parse_ia_query
 from gateway.memento import link_value, timestamp_to_http_date
 from gateway.query import CaptureQuery, Output, parse_query
 
-__all__ = ["CONTENT_TYPES", "index_handler", "serialize"]
+__all__ = ["CONTENT_TYPES", "ia_cdx_handler", "index_handler", "serialize"]
 
 CONTENT_TYPES: Final[dict[Output, str]] = {
     "cdxj": "text/x-cdxj",
@@ -101,6 +104,48 @@ async def index_handler(request: web.Request) -> web.StreamResponse:
     async for line in serialize(aiter(answer), query):
         buffer.append(line)
         size += len(line)
+        if size >= _FLUSH_BYTES:
+            await response.write("".join(buffer).encode("utf-8"))
+            buffer, size = [], 0
+    if buffer:
+        await response.write("".join(buffer).encode("utf-8"))
+    await response.write_eof()
+    return response
+
+
+async def ia_cdx_handler(request: web.Request) -> web.StreamResponse:
+    """``GET /{coll}/cdx?url=...``: the IA wayback CDX server's dialect (:mod:`gateway.ia_cdx`).
+
+    Text lines of ``urlkey timestamp original mimetype statuscode digest
+    length`` (text/plain) or, with ``output=json``, an array of string arrays
+    after a header row (application/json); ``showNumPages=true`` answers the
+    page count alone. 400 (JSON naming the parameter) on bad input; 404 for an
+    unknown collection; 503 when every source failed; otherwise 200, streamed.
+    """
+    collection = collection_for(request)
+    query = parse_ia_query(query_params(request))
+    headers = {"Content-Type": IA_CONTENT_TYPES[query.output]}
+    pages = 0
+    if query.show_num_pages:
+        pages, answer = await count_pages(collection, query)
+        headers["Content-Type"] = IA_CONTENT_TYPES["text"]
+    else:
+        answer = await ia_lookup(collection, query)
+    response = web.StreamResponse(headers=headers)
+    if answer.errors:
+        response.headers[ERRORS_HEADER] = errors_header_value(answer.errors)
+    if answer.step is not None and collection.is_sequence:
+        response.headers[STEP_HEADER] = answer.step.name
+    await response.prepare(request)
+    if query.show_num_pages:
+        await response.write(f"{pages}\n".encode())
+        await response.write_eof()
+        return response
+    buffer: list[str] = []
+    size = 0
+    async for piece in serialize_ia(answer, query):
+        buffer.append(piece)
+        size += len(piece)
         if size >= _FLUSH_BYTES:
             await response.write("".join(buffer).encode("utf-8"))
             buffer, size = [], 0
