@@ -1,0 +1,287 @@
+"""Benchmark: index_group aggregation, gateway vs pywb 2.10 (issue 3 §7).
+
+    python -m bench.bench_groups [--duration 10] [--connections 16 64] [--latency-connections 1 16]
+
+Both servers (one process each, on 127.0.0.1; pywb with TCP_NODELAY, see
+``bench/harness.py``) get the same collections:
+
+- ``group3``: an ``index_group`` of three local CDXJ files (three copies of
+  ``iana.cdxj``: every member answers every lookup, the merge triples),
+  ``timeout: 5``;
+- ``local``: one of those files alone;
+- ``mixed``: an ``index_group`` of a local file and a remote CDX server,
+  ``timeout: 5``;
+- ``remote``: that remote CDX server alone, ``cdx+http://127.0.0.1:P/cdx``.
+
+The remote CDX server is an aiohttp app in its own process on 127.0.0.1
+(``--serve-remote-cdx``) that sleeps ``--delay-ms`` (50) and then answers the
+CDXJ lines of ``iana.cdxj`` under the SURT of ``url``, closest first when
+asked (``closest`` + ``sort=closest``), cut at ``limit``.
+
+Every row is the 50-lookup mix of ``bench_gateway`` (``url=URL&closest=TS``)
+against that collection; ``wrk -t2 -cN -dS --latency`` loads one server at a
+time. Prints req/s, p50 and p99 side by side with the ratios, then each
+group's **added latency** at p50: the group's p50 minus the p50 of its slowest
+member served alone (``local`` for ``group3``, ``remote`` for ``mixed``).
+Targets: at least 3x pywb's req/s; at most 5 ms added at p50. wrk, the
+remote server and the server under load share the machine's cores. Speed is
+measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import surt
+from aiohttp import web
+
+from bench.harness import (
+    Server,
+    WrkResult,
+    free_port,
+    http_get,
+    machine,
+    markdown_table,
+    print_machine,
+    run_wrk,
+    start_gateway,
+    start_pywb,
+)
+from bench.workloads import HEADER, IANA_CDXJ, Row, Runner, check_answers, emit, mix_paths, pair_row
+
+TIMEOUT_S = 5
+
+
+# -- the remote CDX server --------------------------------------------------------
+
+
+def _closest_distance(timestamp: str, closest: str) -> int:
+    """|timestamp - closest| on 14-digit strings read as numbers (ordering only)."""
+    return abs(int(timestamp.ljust(14, "0")[:14]) - int(closest.ljust(14, "0")[:14]))
+
+
+def remote_cdx_app(index: Path, delay_s: float) -> web.Application:
+    """``GET /cdx?url=...``: after ``delay_s``, the CDXJ lines of ``index`` for the SURT
+    of ``url`` (exact match), ordered by distance to ``closest`` when ``sort=closest``,
+    at most ``limit``; 200 with an empty body when there are none."""
+    by_key: dict[str, list[str]] = {}
+    for line in index.read_text("utf-8").splitlines():
+        by_key.setdefault(line.split(" ", 1)[0], []).append(line)
+
+    async def cdx(request: web.Request) -> web.Response:
+        await asyncio.sleep(delay_s)
+        url = request.query.get("url", "")
+        lines = list(by_key.get(surt.surt(url), ()))
+        closest = request.query.get("closest", "")
+        if closest.isdigit() and request.query.get("sort") == "closest":
+            lines.sort(key=lambda ln: _closest_distance(ln.split(" ", 2)[1], closest))
+        limit = request.query.get("limit", "")
+        if limit.isdigit():
+            lines = lines[: int(limit)]
+        body = "".join(ln + "\n" for ln in lines)
+        return web.Response(text=body, content_type="text/x-cdxj")
+
+    app = web.Application()
+    app.router.add_get("/cdx", cdx)
+    return app
+
+
+def serve_remote_cdx(port: int, delay_ms: float) -> int:
+    """Serve :func:`remote_cdx_app` over ``iana.cdxj`` on 127.0.0.1:port until killed."""
+    try:
+        import uvloop
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    else:
+        loop = uvloop.new_event_loop()
+    app = remote_cdx_app(IANA_CDXJ, delay_ms / 1000)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, loop=loop)
+    return 0
+
+
+def start_remote(workdir: Path, delay_ms: float) -> Server:
+    """The remote CDX server in its own process; ready when it answers a lookup."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.bench_groups", "--serve-remote-cdx", str(port)]
+    argv += ["--delay-ms", f"{delay_ms:g}"]
+    server = Server("remote-cdx", argv, workdir, port)
+    server.wait_ready(
+        lambda p: (http_get(p, "/cdx?url=http://www.iana.org/") or (0, b""))[0] == 200
+    )
+    return server
+
+
+# -- collections ------------------------------------------------------------------
+
+
+def collections(files: Sequence[Path], remote: str) -> dict[str, dict[str, object]]:
+    """The shared collections as plain data (both configs are written from it)."""
+    a, b, c = (str(f) for f in files)
+    return {
+        "group3": {"index_group": {"a": a, "b": b, "c": c}, "timeout": TIMEOUT_S},
+        "local": {"index": a},
+        "mixed": {"index_group": {"local": a, "remote": remote}, "timeout": TIMEOUT_S},
+        "remote": {"index": remote},
+    }
+
+
+def gateway_yaml(colls: dict[str, dict[str, object]]) -> str:
+    """The gateway's YAML for ``colls`` (values quoted as JSON strings, which YAML reads)."""
+    out = ["collections:"]
+    for name, spec in colls.items():
+        out.append(f"  {name}:")
+        for key, value in spec.items():
+            if isinstance(value, dict):
+                out.append(f"    {key}:")
+                out += [f"      {k}: {json.dumps(v)}" for k, v in value.items()]
+            else:
+                out.append(f"    {key}: {json.dumps(value)}")
+    return "\n".join(out) + "\n"
+
+
+# -- measuring --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    """A group's p50 and its slowest member's p50 alone, at one connection count (ms)."""
+
+    group: str
+    member: str
+    conns: int
+    gw_member: WrkResult
+    gw_group: WrkResult
+    pw_member: WrkResult
+    pw_group: WrkResult
+
+
+def added_rows(added: Sequence[Added], target_ms: float) -> list[list[str]]:
+    rows = []
+    for a in added:
+        gw = a.gw_group.p50_ms - a.gw_member.p50_ms
+        pw = a.pw_group.p50_ms - a.pw_member.p50_ms
+        verdict = "met" if gw <= target_ms else f"**missed by {gw - target_ms:.2f} ms**"
+        rows.append(
+            [
+                f"{a.group} over {a.member}",
+                str(a.conns),
+                f"{a.gw_member.p50_ms:.2f}",
+                f"{a.gw_group.p50_ms:.2f}",
+                f"**{gw:+.2f}**",
+                f"{a.pw_member.p50_ms:.2f}",
+                f"{a.pw_group.p50_ms:.2f}",
+                f"{pw:+.2f}",
+                verdict,
+            ]
+        )
+    return rows
+
+
+ADDED_HEADER = (
+    "group over slowest member",
+    "conns",
+    "gw member p50 ms",
+    "gw group p50 ms",
+    "gw added ms",
+    "pywb member p50 ms",
+    "pywb group p50 ms",
+    "pywb added ms",
+    "target <= 5 ms (gw)",
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
+    parser.add_argument("--connections", type=int, nargs="+", default=[16, 64])
+    parser.add_argument(
+        "--latency-connections",
+        type=int,
+        nargs="+",
+        default=[1, 16],
+        help="connection counts at which added latency is measured",
+    )
+    parser.add_argument("--threads", type=int, default=2, help="wrk threads")
+    parser.add_argument("--delay-ms", type=float, default=50.0, help="remote CDX server delay")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per server")
+    parser.add_argument("--quiet-wait", type=float, default=60.0)
+    parser.add_argument("--serve-remote-cdx", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_remote_cdx:
+        return serve_remote_cdx(args.serve_remote_cdx, args.delay_ms)
+
+    print_machine(machine())
+    print("# pywb: WarcServer under gevent.pywsgi.WSGIServer WITH TCP_NODELAY on accepted sockets")
+    print(
+        f"# wrk -t{args.threads} -cN -d{args.duration:g}s --latency, one server loaded at a time;"
+    )
+    print(f"# remote CDX server answers after {args.delay_ms:g} ms; wrk, it and the server share")
+    print("# the machine's cores")
+    tp_conns = sorted(set(args.connections))
+    lat_conns = sorted(set(args.latency_connections))
+    table: list[list[str]] = []
+    added: list[Added] = []
+    with tempfile.TemporaryDirectory(prefix="bench-groups-") as tmp:
+        work = Path(tmp)
+        runner = Runner(args.duration, args.threads, args.quiet_wait, work)
+        files = []
+        for name in ("a", "b", "c"):
+            (work / name).mkdir()
+            files.append(work / name / "iana.cdxj")
+            shutil.copyfile(IANA_CDXJ, files[-1])
+        remote = start_remote(work, args.delay_ms)
+        colls = collections(files, f"cdx+{remote.base}/cdx")
+        servers: list[Server] = [remote]
+        try:
+            gateway = start_gateway(gateway_yaml(colls), work)
+            servers.append(gateway)
+            pywb = start_pywb({"collections": colls}, work)
+            servers.append(pywb)
+            rows = {name: Row(name, mix_paths(name)) for name in colls}
+            for row in rows.values():
+                check_answers((gateway, pywb), row)
+            for server in (gateway, pywb):
+                run_wrk(
+                    server,
+                    rows["group3"].paths,
+                    connections=16,
+                    duration_s=args.warmup,
+                    workdir=work,
+                )
+            plan = [
+                ("group3", "group of 3 local", sorted(set(tp_conns + lat_conns))),
+                ("local", "1 local alone", lat_conns),
+                ("mixed", "local + remote (50 ms) group", sorted(set(tp_conns + lat_conns))),
+                ("remote", "remote (50 ms) alone", lat_conns),
+            ]
+            results: dict[tuple[str, int], tuple[WrkResult, WrkResult]] = {}
+            for coll, label, conns_list in plan:
+                for conns in conns_list:
+                    gw = runner.run(gateway, rows[coll], conns)
+                    pw = runner.run(pywb, rows[coll], conns)
+                    results[coll, conns] = (gw, pw)
+                    emit(table, pair_row(f"{label}, mix 50", conns, gw, pw))
+            for group, member in (("group3", "local"), ("mixed", "remote")):
+                for conns in lat_conns:
+                    (gwg, pwg), (gwm, pwm) = results[group, conns], results[member, conns]
+                    added.append(Added(group, member, conns, gwm, gwg, pwm, pwg))
+        finally:
+            for server in reversed(servers):
+                server.stop()
+    print()
+    print(markdown_table(HEADER, table))
+    print()
+    print(markdown_table(ADDED_HEADER, added_rows(added, 5.0)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""Workloads and result tables shared by the side-by-side benchmarks.
+
+A :class:`Row` is a named list of request paths wrk rotates over; a
+:class:`Runner` measures one row on one server with the command-line
+settings (after waiting for other load on the machine to stop);
+:func:`pair_row` formats a gateway and a pywb result side by side with their
+ratios (gateway/pywb req/s, pywb/gateway p99).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bench.harness import SAMPLE_DIR, Server, WrkResult, http_get, run_wrk, wait_quiet
+
+IANA_CDXJ: Final = SAMPLE_DIR / "cdxj" / "iana.cdxj"
+WARCS: Final = SAMPLE_DIR / "warcs"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measured workload: a name, the paths wrk rotates over, and options."""
+
+    name: str
+    paths: tuple[str, ...]
+    #: Send ``Connection: close`` with every request (one TCP connection each).
+    close: bool = False
+
+
+def quote(value: str) -> str:
+    """Percent-encode a URL for a query string value, keeping ``:`` and ``/``."""
+    return urllib.parse.quote(value, safe=":/")
+
+
+def mix_paths(coll: str, index: Path = IANA_CDXJ, size: int = 50) -> tuple[str, ...]:
+    """``size`` lookups ``/{coll}/index?url=URL&closest=TIMESTAMP`` of captures spread
+    evenly over ``index`` (every len/size-th line, in file order)."""
+    lines = index.read_text("utf-8").splitlines()
+    paths = []
+    for i in range(size):
+        _urlkey, timestamp, fields = lines[i * len(lines) // size].split(" ", 2)
+        url = json.loads(fields)["url"]
+        paths.append(f"/{coll}/index?url={quote(url)}&closest={timestamp}")
+    return tuple(paths)
+
+
+def check_answers(servers: Sequence[Server], row: Row) -> None:
+    """Every path of ``row`` answers 200 with a non-empty body on every server.
+
+    Raises RuntimeError naming the server and path otherwise; prints a note
+    when the servers' bodies for a path differ in line count (information).
+    """
+    for path in row.paths:
+        counts = []
+        for server in servers:
+            answer = http_get(server.port, path)
+            if answer is None or answer[0] != 200 or not answer[1]:
+                got = "nothing" if answer is None else f"{answer[0]} {answer[1][:300]!r}"
+                raise RuntimeError(f"{server.name} {path}: expected 200 with a body, got {got}")
+            counts.append(answer[1].count(b"\n"))
+        if len(set(counts)) > 1 and "/index?" in path:
+            names = ", ".join(f"{s.name} {n}" for s, n in zip(servers, counts, strict=True))
+            print(f"# note: {path}: line counts differ: {names}")
+
+
+@dataclass(frozen=True, slots=True)
+class Runner:
+    """Runs wrk with the command-line settings, after waiting for a quiet machine."""
+
+    duration_s: float
+    threads: int
+    quiet_wait_s: float
+    workdir: Path
+
+    def run(self, server: Server, row: Row, conns: int) -> WrkResult:
+        """One wrk run of ``row`` on ``server`` with ``conns`` connections."""
+        wait_quiet(self.quiet_wait_s)
+        return run_wrk(
+            server,
+            row.paths,
+            connections=conns,
+            duration_s=self.duration_s,
+            workdir=self.workdir,
+            threads=min(self.threads, conns),
+            close=row.close,
+        )
+
+
+HEADER: Final = (
+    "workload",
+    "conns",
+    "gateway req/s",
+    "pywb req/s",
+    "req/s gw/pywb",
+    "gw p50 ms",
+    "pywb p50 ms",
+    "gw p99 ms",
+    "pywb p99 ms",
+    "p99 pywb/gw",
+    "server CPU gw / pywb",
+    "other load gw / pywb",
+)
+
+
+def _fmt(result: WrkResult) -> tuple[str, str, str]:
+    return (
+        f"{result.requests_per_s:,.0f}{result.errors_note()}",
+        f"{result.p50_ms:.2f}",
+        f"{result.p99_ms:.2f}",
+    )
+
+
+def pair_row(label: str, conns: int, gw: WrkResult | None, pw: WrkResult) -> list[str]:
+    """Cells of one :data:`HEADER` row; ``gw`` None for a pywb-only row.
+
+    CPU columns are CPU seconds per wall second (1.0 = one core): the server
+    under load, and every process other than that server and wrk.
+    """
+    pw_rps, pw_p50, pw_p99 = _fmt(pw)
+    if gw is None:
+        cpu, other = f"- / {pw.server_cpu:.2f}", f"- / {pw.other_cpu:.2f}"
+        return [label, str(conns), "-", pw_rps, "-", "-", pw_p50, "-", pw_p99, "-", cpu, other]
+    gw_rps, gw_p50, gw_p99 = _fmt(gw)
+    return [
+        label,
+        str(conns),
+        gw_rps,
+        pw_rps,
+        f"**{gw.requests_per_s / pw.requests_per_s:.2f}x**",
+        gw_p50,
+        pw_p50,
+        gw_p99,
+        pw_p99,
+        f"**{pw.p99_ms / gw.p99_ms:.2f}x**",
+        f"{gw.server_cpu:.2f} / {pw.server_cpu:.2f}",
+        f"{gw.other_cpu:.2f} / {pw.other_cpu:.2f}",
+    ]
+
+
+def emit(table: list[list[str]], cells: list[str]) -> None:
+    """Append a row to ``table`` and print it at once (progress while running)."""
+    table.append(cells)
+    print(" | ".join(cells), flush=True)
