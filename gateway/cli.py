@@ -16,6 +16,7 @@ from pathlib import Path
 from gateway.clients import SharedClients
 from gateway.config import GatewayConfig, load_config
 from gateway.errors import ConfigError
+from gateway.store.cli import add_subcommands as add_store_subcommands
 
 __all__ = ["main"]
 
@@ -132,12 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("-o", "--output", help="output file (default: standard output)")
     index.set_defaults(run=_index)
 
-    try:
-        from gateway.store.cli import add_subcommands
-    except ImportError:  # pragma: no cover - the store is part of the package
-        pass
-    else:
-        add_subcommands(sub)
+    add_store_subcommands(sub)
     return parser
 
 
