@@ -7,6 +7,11 @@
 ``Built``
     what a builder returns: the loader, its own captures, foreign captures
     and the ``find_original`` its revisits need.
+``Kind``
+    one entry of ``LOADER_KINDS``: loader class, builders, expected failure,
+    checks it cannot pass (names from :data:`CHECKS`), whether it needs pywb.
+``Subject``
+    what the checks get: the entry, the built loader and helpers to load.
 
 Captures are made as the aggregator hands them to loaders: :func:`tagged`
 sets ``source``/``source-coll``; :func:`remote_capture` makes one as a remote
@@ -27,7 +32,7 @@ import importlib
 import inspect
 import io
 import pkgutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -39,7 +44,8 @@ from warcio.archiveiterator import ArchiveIterator
 import gateway
 from gateway.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import SharedClients
-from gateway.loaders.base import FindOriginal, LoadContext, ResourceLoader
+from gateway.errors import LoadError
+from gateway.loaders.base import FindOriginal, LoadContext, LoadedRecord, ResourceLoader
 from tests.loaders.conftest import make_finder, open_fds
 
 #: The configured name of the loader's source (``source-coll`` of its captures).
