@@ -16,12 +16,9 @@ suite (``tests/loaders/test_contract.py``) runs over every one.
     :class:`~gateway.loaders.live.LiveLoader`: a ``$live`` capture fetched
     from the live web.
 
-The snapshot store's loader,
-:class:`~gateway.sources.store.StoreRecordLoader`, is not listed: it is
-defined in :mod:`gateway.sources.store`, which imports this package through
-:mod:`gateway.sources.base`, so importing it here would make an import cycle
-(``import gateway.sources`` would fail). It belongs here once it moves to
-``gateway/loaders/store.py``.
+``store``
+    :class:`~gateway.loaders.store.StoreRecordLoader`: a ``$store``
+    capture read from the snapshot store's ``warcs/`` directory.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ from typing import Final
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.live import LiveLoader
 from gateway.loaders.replay import ReplayLoader
+from gateway.loaders.store import StoreRecordLoader
 from gateway.loaders.warc import WarcLoader
 
 __all__ = ["LOADER_TYPES", "ResourceLoader"]
@@ -39,4 +37,5 @@ LOADER_TYPES: Final[dict[str, type[ResourceLoader]]] = {
     "warc": WarcLoader,
     "replay": ReplayLoader,
     "live": LiveLoader,
+    "store": StoreRecordLoader,
 }

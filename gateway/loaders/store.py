@@ -1,0 +1,86 @@
+"""The snapshot store's resource loader: WARC records under ``<store root>/warcs/``.
+
+:class:`StoreRecordLoader` is the gateway's WARC loader
+(:mod:`gateway.loaders.warc`) with one resolver, :class:`StoreResolver`,
+mapping a CDX ``filename`` to the open store's ``warcs/`` directory. It
+accepts only captures of its ``$store`` member (``source-coll``), so each
+``$store`` member loads its own captures; :mod:`gateway.sources.store`
+returns it from ``resource_loaders()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Self
+
+from gateway.cdxj import CdxRecord
+from gateway.clients import SharedClients
+from gateway.errors import ArchiveFileNotFound
+from gateway.loaders.base import LoadContext, LoadedRecord
+from gateway.loaders.resolvers import check_filename
+from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
+from gateway.store.store import Store
+
+__all__ = ["SHORTHAND", "StoreGetter", "StoreRecordLoader", "StoreResolver", "StoreResolverConfig"]
+
+#: The shorthand that selects the snapshot store (``index: $store``).
+SHORTHAND = "$store"
+
+StoreGetter = Callable[[], Store | None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreResolverConfig:
+    """The store's ``warcs/`` directory as a WARC location (no settings)."""
+
+    @classmethod
+    def from_shorthand(cls, text: str) -> Self:
+        if text != SHORTHAND:
+            raise ValueError(f"{text!r} is not the snapshot store; expected {SHORTHAND!r}")
+        return cls()
+
+
+class StoreResolver:
+    """Resolver: a CDX ``filename`` -> ``<store root>/warcs/<filename>``."""
+
+    def __init__(self, store: StoreGetter) -> None:
+        self._store = store
+
+    async def locate(self, filename: str) -> list[str]:
+        """The one candidate path; raises UnsafeFilename or ArchiveFileNotFound (store closed)."""
+        check_filename(filename)
+        store = self._store()
+        if store is None:
+            raise ArchiveFileNotFound(
+                f"{filename}: the snapshot store is not open", {filename: "store not open"}
+            )
+        return [str(store.warc_dir / filename)]
+
+    def describe(self) -> str:
+        store = self._store()
+        return f"snapshot store {store.warc_dir}/" if store is not None else "snapshot store"
+
+
+class StoreRecordLoader:
+    """Loads the captures of one ``$store`` member with the gateway's WARC loader.
+
+    ``accepts`` only captures tagged with this member's name (``source-coll``)
+    that name a file and offset; revisits resolve through the step's
+    ``find_original`` as for any WARC capture.
+    """
+
+    def __init__(self, *, name: str, store: StoreGetter, clients: SharedClients) -> None:
+        self.name = name
+        config = WarcLoaderConfig(resolvers=(StoreResolverConfig(),))
+        self._warc = WarcLoader(config, clients=clients, resolvers=[StoreResolver(store)])
+
+    def accepts(self, capture: CdxRecord) -> bool:
+        return capture.fields.get("source-coll") == self.name and self._warc.accepts(capture)
+
+    async def load(self, capture: CdxRecord, ctx: LoadContext) -> LoadedRecord:
+        """Load the record (see :meth:`WarcLoader.load <gateway.loaders.warc.WarcLoader.load>`)."""
+        return await self._warc.load(capture, ctx)
+
+    def describe(self) -> str:
+        return self._warc.describe()
