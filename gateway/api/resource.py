@@ -157,13 +157,28 @@ async def _load_capture(
     return None
 
 
+#: Longest ``Warcserver-Cdx`` value: aiohttp and most clients refuse header
+#: lines past 8190 bytes, which a POST capture's ``requestBody`` can exceed.
+_MAX_CDX_HEADER_CHARS = 4096
+
+
+def _cdx_header(capture: CdxRecord) -> str:
+    """The capture's CDXJ line for ``Warcserver-Cdx``; a POST capture's
+    ``requestBody`` is left out when the line would be too long for a header."""
+    line = capture.to_cdxj().rstrip("\n")
+    if len(line) > _MAX_CDX_HEADER_CHARS and "requestBody" in capture.fields:
+        names = [name for name in capture.fields if name != "requestBody"]
+        line = capture.to_cdxj(names).rstrip("\n")
+    return line
+
+
 def record_headers(step: Step, loaded: LoadedRecord, errors: dict[str, str]) -> dict[str, str]:
     """pywb warcserver's Resource API headers for ``loaded`` (see module docstring)."""
     capture = loaded.capture
     headers = {
         "Content-Type": "application/warc-record",
         "Warcserver-Type": "warc",
-        "Warcserver-Cdx": capture.to_cdxj().rstrip("\n"),
+        "Warcserver-Cdx": _cdx_header(capture),
         "Warcserver-Source-Coll": quote(capture.source, safe=":/"),
         "WARC-Target-URI": loaded.target_uri,
         "Link": link_value(loaded.target_uri, "original"),
@@ -245,8 +260,7 @@ async def _wrapped_query(request: web.Request) -> tuple[CaptureQuery, WrappedReq
     if not url:
         raise BadRequest(
             "url",
-            "missing; give url= or a wrapped request with an absolute-form target "
-            "or a Host header",
+            "missing; give url= or a wrapped request with an absolute-form target or a Host header",
         )
     wrapped = parsed.wrapped()
     return _method_keyed(parse_query(params, url=url), wrapped), wrapped

@@ -273,6 +273,8 @@ async def test_fast_latest(client: Client) -> None:
     assert await lines(client, "iana", url="iana.org/*", fastLatest="true", limit=4) == full[-4:]
     exact = await lines(client, "iana", url="http://www.iana.org/")
     assert await lines(client, "iana", url="http://www.iana.org/", fastLatest="1") == exact[-1:]
+    ties = await lines(client, "all", url="iana.org")  # two captures at one timestamp
+    assert await lines(client, "all", url="iana.org", fastLatest="true", limit=-2) == ties[-2:]
 
 
 # -- pages -------------------------------------------------------------------------------

@@ -323,14 +323,12 @@ async def test_every_body_kind_is_found_as_cdxj_indexer_keyed_it(
     message = wrapped(
         made.method, "/submit", made.body, host="api.example", content_type=made.content_type
     )
-    # The Warcserver-Cdx header of the long-form capture (its 4 KiB urlkey and 5 KB
-    # requestBody) is longer than aiohttp's default 8190-byte header limit: read the
-    # answers with larger limits.
-    async with aiohttp.ClientSession(max_line_size=65536, max_field_size=65536) as session:
-        url = client.make_url("/made/resource/postreq")
-        async with session.post(url, params={"url": MADE_URL}, data=message) as resp:
-            assert resp.status == 200, await resp.text()
-            assert served(await resp.read()).payload == made.payload
+    # The long-form capture's CDXJ line (4 KiB urlkey, 5 KB requestBody) is past
+    # aiohttp's 8190-byte header limit: Warcserver-Cdx leaves requestBody out.
+    resp = await client.post("/made/resource/postreq", params={"url": MADE_URL}, data=message)
+    assert resp.status == 200, await resp.text()
+    assert len(resp.headers["Warcserver-Cdx"]) < 8190
+    assert served(await resp.read()).payload == made.payload
 
 
 async def test_lookup_keys_follow_cdxj_indexer(client: Client) -> None:

@@ -1,8 +1,10 @@
 """warcio, a real WARC client, reads every capture the Resource API serves.
 
-The gateway runs on a real 127.0.0.1 port over the sample archive (every
-``*.cdxj`` index of ``cdxj/``, post-test.cdxj sorted: see
-``tests/api/sample_support.py``). Every capture of those indexes is asked for
+The gateway runs on a real 127.0.0.1 port over the sample archive, with two
+index sets: the sample's own (every ``*.cdxj`` of ``cdxj/``, post-test.cdxj
+sorted: see ``tests/api/sample_support.py``), and an index of every sample
+WARC/ARC file written by the gateway's indexer (more writers, WARC-Block-Digest
+headers, ARC records). Every capture of those indexes is asked for
 on its own (``closest`` plus exact filters on ``filename`` and ``offset``; the
 POST captures through ``/resource/postreq`` with the request the WARC
 recorded), each answer is parsed by warcio's ``ArchiveIterator`` and written
@@ -27,21 +29,43 @@ from warcio.checker import Checker
 from gateway.app import create_app
 from gateway.cdxj import CdxRecord
 from gateway.config import parse_config
+from gateway.indexer import write_cdxj_index
 from tests.api.sample_support import sorted_sample_indexes
 
 #: Captures the Resource API refuses on purpose: (urlkey, timestamp) -> reason.
 #: A 3xx whose Location is the requested URL is skipped (pywb ``SelfRedirect``).
-NOT_SERVED = {
+SELF_REDIRECTS = {
     ("org,iana)/", "20140127171238"): "redirects to itself",
     ("org,iana)/dnssec", "20140126201306"): "redirects to itself",
     ("org,iana)/domains/root/db", "20140126200927"): "redirects to itself",
 }
+#: example-extra.warc's second response is broken on purpose ("HTTPX/1.1 200 OK").
+BROKEN_RECORD = {
+    ("com,example)/?example=2", "20140103030321"): "Expected Status Line",
+}
 
 
-@pytest.fixture
-async def gateway(sample_dir: Path, tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
-    """Base URL of the gateway on 127.0.0.1 (OS-chosen port) and its index folder."""
-    indexes = sorted_sample_indexes(sample_dir, tmp_path / "cdxj")
+def _reindexed(sample_dir: Path, folder: Path) -> Path:
+    """Every sample WARC/ARC file indexed by the gateway's indexer (cdxj-indexer)."""
+    folder.mkdir(parents=True)
+    with (folder / "warcs.cdxj").open("w") as out:
+        write_cdxj_index([sample_dir / "warcs"], out)
+    return folder
+
+
+@pytest.fixture(params=["sample-indexes", "reindexed-warcs"])
+async def gateway(
+    request: pytest.FixtureRequest, sample_dir: Path, tmp_path: Path
+) -> AsyncIterator[tuple[str, Path, dict[tuple[str, str], str]]]:
+    """Base URL of the gateway on 127.0.0.1 (OS-chosen port), its index folder, and
+    the captures expected to be refused, over one of two index sets: the sample's
+    own indexes, or an index of every sample WARC/ARC file."""
+    if request.param == "sample-indexes":
+        indexes = sorted_sample_indexes(sample_dir, tmp_path / "cdxj")
+        refused = SELF_REDIRECTS
+    else:
+        indexes = _reindexed(sample_dir, tmp_path / "cdxj")
+        refused = SELF_REDIRECTS | BROKEN_RECORD
     config = parse_config(
         f"collections:\n  all:\n    index: {indexes}/\n    resource: {sample_dir}/warcs/\n"
     )
@@ -51,7 +75,7 @@ async def gateway(sample_dir: Path, tmp_path: Path) -> AsyncIterator[tuple[str, 
     await site.start()
     try:
         host, port = runner.addresses[0][:2]
-        yield f"http://{host}:{port}", indexes
+        yield f"http://{host}:{port}", indexes, refused
     finally:
         await runner.cleanup()
 
@@ -77,9 +101,9 @@ def _iso(timestamp: str) -> str:
 
 
 async def test_warcio_reads_and_checks_every_served_capture(
-    gateway: tuple[str, Path], sample_dir: Path, tmp_path: Path
+    gateway: tuple[str, Path, dict[tuple[str, str], str]], sample_dir: Path, tmp_path: Path
 ) -> None:
-    base, indexes = gateway
+    base, indexes, not_served = gateway
     posts = _post_requests(sample_dir / "warcs" / "post-test.warc.gz")
     captures = [
         CdxRecord.parse(line)
@@ -88,6 +112,7 @@ async def test_warcio_reads_and_checks_every_served_capture(
         if line.strip()
     ]
     assert len(captures) > 190
+    assert any("__wb_method=" in capture.urlkey for capture in captures)
 
     written: list[Path] = []
     refused: dict[tuple[str, str], str] = {}
@@ -125,8 +150,8 @@ async def test_warcio_reads_and_checks_every_served_capture(
             path.write_bytes(body)
             written.append(path)
 
-    assert set(refused) == set(NOT_SERVED)
-    for key, reason in NOT_SERVED.items():
+    assert set(refused) == set(not_served)
+    for key, reason in not_served.items():
         assert reason in refused[key]
 
     # warcio's ArchiveIterator: one whole record per answer, digests verified.
