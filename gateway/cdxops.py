@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime
 
 from gateway.cdxj import CdxRecord
@@ -21,6 +21,7 @@ __all__ = [
     "apply_filters",
     "clamp",
     "limit",
+    "merge_sorted",
     "process",
     "reverse",
     "sort_closest",
@@ -127,6 +128,38 @@ def process(records: AsyncIterator[CdxRecord], query: CaptureQuery) -> AsyncIter
     if query.sort == "reverse":
         return reverse(records, query.limit)
     return limit(records, query.limit)
+
+
+async def merge_sorted(
+    streams: Sequence[AsyncGenerator[CdxRecord, None]],
+) -> AsyncGenerator[CdxRecord, None]:
+    """Merge streams sorted by (urlkey, timestamp); ties go to the earlier stream.
+
+    An async ``heapq.merge`` holding one record per stream; closes every stream
+    when done, failed or closed early.
+    """
+    try:
+        if len(streams) == 1:
+            async for only in streams[0]:
+                yield only
+            return
+        heap: list[tuple[str, str, int, CdxRecord]] = []
+        for index, stream in enumerate(streams):
+            record: CdxRecord | None = await anext(stream, None)
+            if record is not None:
+                heap.append((record.urlkey, record.timestamp, index, record))
+        heapq.heapify(heap)
+        while heap:
+            index = heap[0][2]
+            yield heap[0][3]
+            following: CdxRecord | None = await anext(streams[index], None)
+            if following is None:
+                heapq.heappop(heap)
+            else:
+                heapq.heapreplace(heap, (following.urlkey, following.timestamp, index, following))
+    finally:
+        for stream in streams:
+            await stream.aclose()
 
 
 async def from_iterable(records: Iterable[CdxRecord]) -> AsyncIterator[CdxRecord]:

@@ -47,6 +47,7 @@ from cdxj_indexer.postquery import append_method_query
 
 from gateway.errors import BadRequest
 from gateway.loaders.base import WrappedRequest
+from gateway.loaders.warc_build import HOP_BY_HOP
 
 __all__ = [
     "HOP_BY_HOP",
@@ -55,22 +56,6 @@ __all__ = [
     "method_lookup_url",
     "parse_wrapped_request",
 ]
-
-#: Hop-by-hop header names (RFC 9110 §7.6.1, plus the de-facto Keep-Alive and
-#: Proxy-Connection): they concern one connection, not the request.
-HOP_BY_HOP: Final = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 
 _PARAM: Final = "body"
 _TOKEN: Final = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"

@@ -30,7 +30,6 @@ logs a WARNING naming the file and how to sort it.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import os
 import stat
@@ -42,6 +41,7 @@ from typing import ClassVar, Final, Self
 from urllib.parse import unquote
 
 from gateway.cdxj import CdxFormatError, CdxRecord
+from gateway.cdxops import merge_sorted
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
@@ -259,7 +259,7 @@ class CdxjDirectorySource:
                     raise _unavailable(self.name, member.path, exc) from exc
                 handles.append(handle)
                 streams.append(_scan(handle, key, end, source=self.name, label=file_name))
-            merged = _merge(streams)
+            merged = merge_sorted(streams)
             try:
                 async for record in merged:
                     yield record
@@ -596,38 +596,6 @@ def _warn_unsorted(handle: _Handle, where: str) -> None:
             handle.path,
             where,
         )
-
-
-async def _merge(
-    streams: Sequence[AsyncGenerator[CdxRecord, None]],
-) -> AsyncGenerator[CdxRecord, None]:
-    """Merge streams sorted by (urlkey, timestamp); ties go to the earlier stream.
-
-    An async ``heapq.merge``; closes every stream when done or closed.
-    """
-    try:
-        if len(streams) == 1:
-            async for only in streams[0]:
-                yield only
-            return
-        heap: list[tuple[str, str, int, CdxRecord]] = []
-        for index, stream in enumerate(streams):
-            record: CdxRecord | None = await anext(stream, None)
-            if record is not None:
-                heap.append((record.urlkey, record.timestamp, index, record))
-        heapq.heapify(heap)
-        while heap:
-            index = heap[0][2]
-            yield heap[0][3]
-            following: CdxRecord | None = await anext(streams[index], None)
-            if following is None:
-                heapq.heappop(heap)
-            else:
-                entry = (following.urlkey, following.timestamp, index, following)
-                heapq.heapreplace(heap, entry)
-    finally:
-        for stream in streams:
-            await stream.aclose()
 
 
 # ---------------------------------------------------------------- describing

@@ -36,7 +36,6 @@ served in an unspecified order.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final, Self
@@ -44,6 +43,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, Self
 from redis.exceptions import RedisError
 
 from gateway.cdxj import CdxFormatError, CdxRecord
+from gateway.cdxops import merge_sorted
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceError, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
@@ -177,7 +177,7 @@ class RedisIndexSource:
             self._records(client, key, page, b"(" + high, label)
             for key, page in zip(keys, first_pages, strict=True)
         ]
-        merged = _merge(streams)
+        merged = merge_sorted(streams)
         try:
             async for record in merged:
                 yield record
@@ -290,34 +290,3 @@ def _as_bytes(reply: Sequence[bytes | str]) -> list[bytes]:
 
 def _key_label(key: bytes) -> str:
     return f"key {key.decode('utf-8', 'replace')!r}"
-
-
-async def _merge(
-    streams: Sequence[AsyncGenerator[CdxRecord, None]],
-) -> AsyncGenerator[CdxRecord, None]:
-    """Merge streams sorted by (urlkey, timestamp); ties go to the earlier stream.
-
-    Closes every stream when done, failed or closed early.
-    """
-    try:
-        if len(streams) == 1:
-            async for only in streams[0]:
-                yield only
-            return
-        heap: list[tuple[str, str, int, CdxRecord]] = []
-        for index, stream in enumerate(streams):
-            record: CdxRecord | None = await anext(stream, None)
-            if record is not None:
-                heap.append((record.urlkey, record.timestamp, index, record))
-        heapq.heapify(heap)
-        while heap:
-            index = heap[0][2]
-            yield heap[0][3]
-            following: CdxRecord | None = await anext(streams[index], None)
-            if following is None:
-                heapq.heappop(heap)
-            else:
-                heapq.heapreplace(heap, (following.urlkey, following.timestamp, index, following))
-    finally:
-        for stream in streams:
-            await stream.aclose()
