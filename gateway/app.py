@@ -69,14 +69,16 @@ def build_collection(config: CollectionConfig, clients: SharedClients) -> Collec
                 )
             except ValueError as exc:
                 raise ConfigError(resolver_spec.path, str(exc)) from exc
-        loaders: list[ResourceLoader] = []
+        # Members' own loaders first: a remote CDX capture may carry the
+        # archive's filename and offset, which the step's WARC prefixes lack.
+        loaders: list[ResourceLoader] = [
+            loader for member in members for loader in member.resource_loaders()
+        ]
         if resolvers:
             warc_config = WarcLoaderConfig(
                 resolvers=tuple(spec.config for spec in step_config.resolvers)
             )
             loaders.append(WarcLoader(warc_config, clients=clients, resolvers=resolvers))
-        for member in members:
-            loaders.extend(member.resource_loaders())
         group = IndexGroup(members, timeout_s=step_config.timeout_s)
         recording = frozenset(
             name for name, spec in step_config.members if spec.record or step_config.record

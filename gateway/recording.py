@@ -95,11 +95,12 @@ class Recorder:
                 "recording step without an open store; not recording %s", loaded.target_uri
             )
             return loaded
-        # closed by tee() when not handed over; the store closes it otherwise
-        spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115
         source = loaded.body
 
         async def tee() -> AsyncIterator[bytes]:
+            # Created on first read (a HEAD never reads the body); closed here
+            # unless handed over to the store, which then owns and closes it.
+            spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115
             complete = False
             try:
                 async for chunk in source:
