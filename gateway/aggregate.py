@@ -56,6 +56,8 @@ class Lookup:
     ``records`` is already filtered, ordered and limited by the query.
     ``errors`` maps a member name to why it failed; ``failed_all`` is true
     when every queried member failed (the API answers 503, not "no captures").
+    ``outcomes`` maps every queried member to ``"ok: N captures"`` (``"ok"``
+    for a streamed single member) or its failure, in config order.
     """
 
     records: AsyncIterator[CdxRecord]
@@ -63,6 +65,7 @@ class Lookup:
     failed_all: bool = False
     #: The first record, already read from ``records`` (None: the answer is empty).
     first: CdxRecord | None = None
+    outcomes: dict[str, str] = field(default_factory=dict)
 
     async def __aiter__(self) -> AsyncIterator[CdxRecord]:
         if self.first is not None:
@@ -180,10 +183,14 @@ class IndexGroup:
         async with asyncio.TaskGroup() as group:
             for position, member in selected:
                 group.create_task(run(position, member))
+        outcomes = {
+            member.name: errors.get(member.name) or _ok(len(results[position]))
+            for position, member in selected
+        }
         merged = iter(_merge(results, query))
         first = next(merged, None)
         failed_all = bool(selected) and len(errors) == len(selected)
-        return Lookup(cdxops.from_iterable(merged), errors, failed_all, first)
+        return Lookup(cdxops.from_iterable(merged), errors, failed_all, first, outcomes)
 
     def _fail(self, member: IndexSource, exc: BaseException) -> SourceError:
         breaker = self.breakers[member.name]
@@ -221,9 +228,10 @@ class IndexGroup:
                 first = await anext(stream, None)
         except (TimeoutError, SourceError) as exc:
             error = self._fail(member, exc)
-            return Lookup(cdxops.from_iterable(()), {member.name: error.reason}, True)
+            failure = {member.name: error.reason}
+            return Lookup(cdxops.from_iterable(()), failure, True, None, dict(failure))
         breaker.record_success()
-        return Lookup(_guard_tail(stream, member.name), {}, False, first)
+        return Lookup(_guard_tail(stream, member.name), {}, False, first, {member.name: "ok"})
 
     def describe_members(self) -> list[tuple[str, str]]:
         return [(member.name, member.describe()) for member in self.members]
@@ -241,6 +249,10 @@ async def _guard_tail(stream: AsyncIterator[CdxRecord], name: str) -> AsyncItera
             yield record
     except SourceError as exc:
         logger.warning("source %s failed mid-stream: %s", name, exc.reason)
+
+
+def _ok(count: int) -> str:
+    return f"ok: {count} capture{'' if count == 1 else 's'}"
 
 
 def _merge(results: dict[int, list[CdxRecord]], query: CaptureQuery) -> list[CdxRecord]:
@@ -307,12 +319,15 @@ class Collection:
         whose Index API stops at the first step of a sequence).
         """
         errors: dict[str, str] = {}
+        outcomes: dict[str, str] = {}
         failed_all = True
         for step in self.steps:
             answer = await step.index.lookup(query)
             errors.update(answer.errors)
+            outcomes.update(answer.outcomes)
             if answer.first is not None:
                 answer.errors = errors
+                answer.outcomes = outcomes
                 return step, answer
             failed_all = failed_all and answer.failed_all
         if failed_all and errors:
@@ -321,7 +336,7 @@ class Collection:
                 "this is not an empty answer, retry later",
                 errors,
             )
-        return None, Lookup(cdxops.from_iterable(()), errors)
+        return None, Lookup(cdxops.from_iterable(()), errors, outcomes=outcomes)
 
     async def aclose(self) -> None:
         for step in self.steps:

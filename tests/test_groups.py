@@ -127,6 +127,8 @@ async def test_hanging_member_answers_within_timeout_and_is_cancelled(
     assert elapsed < TIMEOUT_S * MARGIN
     errors = json.loads(resp.headers["ResErrors"])
     assert errors == {"remote": f"timeout after {TIMEOUT_S:g} s"}
+    outcomes = json.loads(resp.headers["Warcserver-Source-Outcomes"])
+    assert outcomes == {"local": "ok: 1 capture", "remote": f"timeout after {TIMEOUT_S:g} s"}
     # The upstream request was cancelled, not left running.
     await asyncio.wait_for(state.cancelled.wait(), TIMEOUT_S * MARGIN)
 

@@ -17,6 +17,9 @@ __all__ = ["ERRORS_HEADER", "collection_for", "errors_header_value", "query_para
 #: Response header carrying per-source and per-capture failures on a partial
 #: success, as a JSON object ``{name: reason}`` (pywb warcserver's name).
 ERRORS_HEADER: Final = "ResErrors"
+#: Every queried member's outcome on the Index API, as JSON
+#: ``{member: "ok: N captures" | reason}`` in config order.
+OUTCOMES_HEADER: Final = "Warcserver-Source-Outcomes"
 #: Header naming the sequence step that answered.
 STEP_HEADER: Final = "Warcserver-Step"
 _MAX_HEADER_CHARS: Final = 8000

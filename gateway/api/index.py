@@ -26,6 +26,7 @@ from aiohttp import web
 
 from gateway.api.common import (
     ERRORS_HEADER,
+    OUTCOMES_HEADER,
     STEP_HEADER,
     collection_for,
     errors_header_value,
@@ -96,6 +97,8 @@ async def index_handler(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPES[query.output]})
     if answer.errors:
         response.headers[ERRORS_HEADER] = errors_header_value(answer.errors)
+    if answer.outcomes:
+        response.headers[OUTCOMES_HEADER] = errors_header_value(answer.outcomes)
     if step is not None and collection.is_sequence:
         response.headers[STEP_HEADER] = step.name
     await response.prepare(request)

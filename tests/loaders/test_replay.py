@@ -8,6 +8,7 @@ absence of ``Transfer-Encoding`` in the HTTP header block.
 
 from __future__ import annotations
 
+import doctest
 import gzip
 import hashlib
 import io
@@ -17,6 +18,7 @@ import sys
 from base64 import b32encode
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from warcio.archiveiterator import ArchiveIterator
 from gateway.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import SharedClients
 from gateway.errors import LoadError, SelfRedirect
+from gateway.loaders import replay, warc_build
 from gateway.loaders.base import LoadContext, LoadedRecord, ResourceLoader, WrappedRequest
 from gateway.loaders.replay import (
     ReplayLoader,
@@ -337,6 +340,14 @@ async def test_a_head_request_gives_an_empty_payload(
     _, data = await load(loader, capture(archive, "http://archived.example/page"), request)
     assert parse(data)[1] == b""
     assert_valid_warc([data], tmp_path)
+
+
+# --------------------------------------------------------------------- doctests
+@pytest.mark.parametrize("module", [replay, warc_build])
+def test_the_module_doctests_pass(module: ModuleType) -> None:
+    result = doctest.testmod(module)
+    assert result.failed == 0
+    assert result.attempted >= 2
 
 
 # --------------------------------------------------------------------- accepts

@@ -4,6 +4,7 @@ failing servers, and pywb 2.10's wayback (``/pywb/cdx`` and ``id_`` mementos).""
 from __future__ import annotations
 
 import asyncio
+import doctest
 import io
 import json
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from gateway.config import parse_config
 from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
 from gateway.loaders.replay import ReplayLoader
 from gateway.query import CaptureQuery, parse_query
+from gateway.sources import cdx_api, cdx_stream
 from gateway.sources.cdx_api import CdxApiConfig, CdxApiSource, fill_replay_template
 from tests.conftest import free_port
 from tests.sources.cdx_support import FORMATS, RELEASE, REQUESTS, cdx_server_app
@@ -252,6 +255,13 @@ async def test_unparseable_answers_are_bad_answers(
 
 
 # --------------------------------------------------------------------- config
+@pytest.mark.parametrize("module", [cdx_api, cdx_stream])
+def test_the_module_doctests_pass(module: ModuleType) -> None:
+    result = doctest.testmod(module)
+    assert result.failed == 0
+    assert result.attempted >= 2
+
+
 def test_shorthand_forms_as_in_pywb() -> None:
     config = parse_config(
         "collections:\n"
