@@ -168,6 +168,23 @@ class ReplayUrl:
     url: str
 
 
+def _served_uri(capture: CdxRecord, resp: aiohttp.ClientResponse) -> str | None:
+    """The original URL the archive says it served (RFC 7089 §4.1.1
+    ``Content-Location`` of a memento) when it names a capture of the same
+    urlkey under another spelling (``http://iana.org`` vs ``http://www.iana.org/``)."""
+    location = resp.headers.get("Content-Location")
+    if not location:
+        return None
+    parts = split_replay_url(urljoin(str(resp.url), location))
+    if parts is None:
+        return None
+    try:
+        same = canonical_urlkey(parts.url) == capture.urlkey
+    except ValueError:
+        return None
+    return parts.url if same else None
+
+
 def split_replay_url(url: str) -> ReplayUrl | None:
     """Split a Wayback-style replay URL; None when ``url`` is not one.
 
@@ -373,7 +390,7 @@ class ReplayLoader:
                 f"{url}: HTTP {resp.status} redirects to the requested URL ({location}); "
                 "skipped to avoid a redirect loop"
             )
-        target_uri = capture.url or (parts.url if parts else url)
+        target_uri = _served_uri(capture, resp) or capture.url or (parts.url if parts else url)
         timestamp = capture.timestamp
         memento_date = resp.headers.get("Memento-Datetime")
         if memento_date:

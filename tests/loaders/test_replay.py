@@ -359,3 +359,34 @@ def test_accepts_only_its_sources_captures_with_load_url(loader: ReplayLoader) -
     assert not loader.accepts(CdxRecord("a)/", TIMESTAMP, {**fields, "source-coll": "other"}))
     assert not loader.accepts(CdxRecord("a)/", TIMESTAMP, {"url": "x", "source-coll": NAME}))
     assert "\n" not in loader.describe()
+
+
+async def test_target_uri_follows_the_archives_content_location(
+    aiohttp_server: AiohttpServer, loader: ReplayLoader
+) -> None:
+    """pywb answers ``id_/http://iana.org`` with the ``www.iana.org/`` memento of that
+    second and names it in Content-Location: the record says what was served."""
+    from aiohttp import web
+
+    async def memento(request: web.Request) -> web.Response:
+        return web.Response(
+            body=b"the www page",
+            headers={
+                "Content-Location": f"/web/{TIMESTAMP}id_/http://www.iana.org/",
+                "Memento-Datetime": "Wed, 01 Jan 2014 00:00:00 GMT",
+                "Content-Type": "text/html",
+            },
+        )
+
+    app = web.Application()
+    app.router.add_get("/web/{tail:.*}", memento)
+    server = await aiohttp_server(app)
+    loaded, data = await load(loader, capture(server, "http://iana.org"))
+    assert loaded.target_uri == "http://www.iana.org/"
+    record, payload = parse(data)
+    assert record.rec_headers.get_header("WARC-Target-URI") == "http://www.iana.org/"
+    assert payload == b"the www page"
+    # another urlkey in Content-Location is not taken for the served URL
+    other = capture(server, "http://example.com/")
+    loaded, _ = await load(loader, other)
+    assert loaded.target_uri == "http://example.com/"
