@@ -289,13 +289,16 @@ def _merge(results: dict[int, list[CdxRecord]], query: CaptureQuery) -> list[Cdx
 class Step:
     """One step of a collection: an index (group) and the loaders for its captures.
 
-    ``recorder`` is set when the step or one of its members has ``record: true``.
+    ``recorder`` is set when the step or one of its members has ``record: true``;
+    ``load_timeout_s`` bounds loading one capture's record (its headers, and
+    for remote and live captures the spooled payload) before the next is tried.
     """
 
     name: str
     index: IndexGroup
     loaders: list[ResourceLoader]
     recorder: Recorder | None = None
+    load_timeout_s: float = 30.0
 
     async def aclose(self) -> None:
         await self.index.aclose()

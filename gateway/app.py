@@ -91,7 +91,7 @@ def build_collection(config: CollectionConfig, clients: SharedClients) -> Collec
                 dedup=config.dedup,
                 skip_if_updated_days=step_config.skip_if_updated_days,
             )
-        steps.append(Step(step_config.name, group, loaders, recorder))
+        steps.append(Step(step_config.name, group, loaders, recorder, step_config.load_timeout_s))
     return Collection(config.name, steps, is_sequence=config.is_sequence)
 
 

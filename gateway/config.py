@@ -58,6 +58,8 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S: Final = 5.0
+#: Seconds to load one capture's record before the next capture is tried.
+DEFAULT_LOAD_TIMEOUT_S: Final = 30.0
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 #: Path segments the API owns; a collection cannot be called one of these.
 RESERVED_NAMES: Final = frozenset({"_status", "status", "health", "metrics"})
@@ -97,6 +99,7 @@ class StepConfig:
     record: bool = False
     #: With ``record``: serve the store's capture when it is newer than this.
     skip_if_updated_days: float | None = None
+    load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +197,7 @@ _STEP_KEYS: Final = {
     "name",
     "record",
     "skip_if_updated_days",
+    "load_timeout",
 }
 _DEDUP_POLICIES: Final = ("keep", "revisit", "skip")
 
@@ -259,6 +263,16 @@ def _step(name: str, data: Mapping[str, object], path: str) -> StepConfig:
         members = tuple(
             (member, _source(spec, f"{group_path}.{member}")) for member, spec in group.items()
         )
+    load_timeout = data.get("load_timeout", DEFAULT_LOAD_TIMEOUT_S)
+    if (
+        isinstance(load_timeout, bool)
+        or not isinstance(load_timeout, int | float)
+        or load_timeout <= 0
+    ):
+        raise ConfigError(
+            f"{path}.load_timeout",
+            f"expected a positive number of seconds, got {load_timeout!r}",
+        )
     timeout = data.get("timeout", DEFAULT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise ConfigError(
@@ -287,6 +301,7 @@ def _step(name: str, data: Mapping[str, object], path: str) -> StepConfig:
         path=path,
         record=record,
         skip_if_updated_days=float(skip_days) if skip_days is not None else None,
+        load_timeout_s=float(load_timeout),
     )
 
 

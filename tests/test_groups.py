@@ -225,3 +225,40 @@ async def test_client_disconnect_cancels_upstream_calls(
         await asyncio.wait_for(state.cancelled.wait(), 0.3 * MARGIN * 2)
     finally:
         await runner.cleanup()
+
+
+async def test_a_hanging_record_load_is_cut_off_by_load_timeout(
+    make_client: MakeClient, aiohttp_server: Callable[..., Awaitable[TestServer]]
+) -> None:
+    line = (
+        'com,example)/ 20140127171200 {"url": "http://example.com/", "mime": "text/html", '
+        '"status": "200"}\n'
+    )
+    cancelled = asyncio.Event()
+
+    async def cdx(request: web.Request) -> web.Response:
+        return web.Response(text=line, content_type="text/x-cdxj")
+
+    async def replay(request: web.Request) -> web.Response:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    app = web.Application()
+    app.router.add_get("/coll-cdx", cdx)
+    app.router.add_get("/coll/{tail:.*}", replay)
+    server = await aiohttp_server(app)  # pytest-aiohttp enables handler_cancellation
+    client = await make_client(
+        f"collections:\n  slow:\n    index: cdx+http://127.0.0.1:{server.port}/coll-cdx\n"
+        f"    load_timeout: {TIMEOUT_S}\n"
+    )
+    started = time.monotonic()
+    resp = await client.get("/slow/resource", params={"url": "http://example.com/"})
+    assert time.monotonic() - started < TIMEOUT_S * MARGIN
+    assert resp.status == 404
+    reasons = list((await resp.json())["errors"].values())
+    assert any(reason.startswith(f"load timeout after {TIMEOUT_S:g} s") for reason in reasons)
+    await asyncio.wait_for(cancelled.wait(), TIMEOUT_S * MARGIN)

@@ -20,6 +20,7 @@ When nothing loads the answer is 404 with every failure in the JSON body
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from urllib.parse import quote
@@ -146,9 +147,14 @@ async def _load_capture(
             continue
         accepted = True
         try:
-            return await loader.load(capture, ctx)
+            async with asyncio.timeout(step.load_timeout_s):
+                return await loader.load(capture, ctx)
         except LoadError as exc:
             errors[_capture_name(capture)] = exc.message
+        except TimeoutError:
+            errors[_capture_name(capture)] = (
+                f"load timeout after {step.load_timeout_s:g} s ({loader.describe()})"
+            )
     if not accepted:
         errors[_capture_name(capture)] = (
             f"no resource loader of step {step.name!r} can load filename "
