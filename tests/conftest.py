@@ -79,7 +79,8 @@ def sample_dir() -> Path:
             "(see shared/data/README.md)",
             pytrace=False,
         )
-    return SAMPLE_DIR
+    # Real path: sources and resolvers report resolved paths (../shared may be a link).
+    return SAMPLE_DIR.resolve()
 
 
 # -- running a server -------------------------------------------------------------
