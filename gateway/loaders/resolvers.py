@@ -275,6 +275,16 @@ class PrefixResolver:
         self.config = config
         self._url = config.is_url
         # The prefix itself is the administrator's: resolve its symlinks once.
+        if not self._url and not os.path.exists(config.prefix):
+            # A fresh default config serves ./archive/warcs/ before any WARC is copied
+            # there: create a missing directory, as a directory index ending in "/" is.
+            try:
+                os.makedirs(config.prefix, exist_ok=True)
+            except OSError as exc:
+                raise ValueError(
+                    f"resource directory {config.prefix} does not exist and cannot be "
+                    f"created: {exc.strerror}"
+                ) from exc
         self._root = config.prefix if self._url else os.path.realpath(config.prefix) + "/"
 
     @classmethod

@@ -140,10 +140,13 @@ async def test_prefix_resolver_locations(tmp_path: Path) -> None:
     assert await remote.locate("a b#c?.warc.gz") == ["http://h/w/a%20b%23c%3F.warc.gz"]
     assert await remote.locate("2014/a.warc.gz") == ["http://h/w/2014/a.warc.gz"]
     assert "HTTP range" in remote.describe()
-    assert (
-        "does not exist"
-        in PrefixResolver(PrefixResolverConfig(prefix=str(tmp_path / "nope"))).describe()
-    )
+    # A missing local directory prefix is created (fresh default config).
+    PrefixResolver(PrefixResolverConfig(prefix=str(tmp_path / "new")))
+    assert (tmp_path / "new").is_dir()
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with pytest.raises(ValueError, match="cannot be created"):
+        PrefixResolver(PrefixResolverConfig(prefix=str(blocked / "sub")))
     assert isinstance(local, Resolver)
 
 
