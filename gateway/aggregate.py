@@ -73,6 +73,12 @@ class Lookup:
         async for record in self.records:
             yield record
 
+    async def aclose(self) -> None:
+        """Stop the underlying stream early (releases files and connections)."""
+        close = getattr(self.records, "aclose", None)
+        if close is not None:
+            await close()
+
 
 @dataclass(slots=True)
 class Breaker:

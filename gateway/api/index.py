@@ -104,14 +104,17 @@ async def index_handler(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     buffer: list[str] = []
     size = 0
-    async for line in serialize(aiter(answer), query):
-        buffer.append(line)
-        size += len(line)
-        if size >= _FLUSH_BYTES:
+    try:
+        async for line in serialize(aiter(answer), query):
+            buffer.append(line)
+            size += len(line)
+            if size >= _FLUSH_BYTES:
+                await response.write("".join(buffer).encode("utf-8"))
+                buffer, size = [], 0
+        if buffer:
             await response.write("".join(buffer).encode("utf-8"))
-            buffer, size = [], 0
-    if buffer:
-        await response.write("".join(buffer).encode("utf-8"))
+    finally:
+        await answer.aclose()
     await response.write_eof()
     return response
 

@@ -117,13 +117,16 @@ async def find_record(
         answer = await step.index.lookup(query)
         errors.update(answer.errors)
         failed_all = failed_all and answer.failed_all
-        async for capture in answer:
-            tried_any = True
-            loaded = await _load_capture(step, capture, ctx, errors)
-            if loaded is not None:
-                if step.recorder is not None and step.recorder.wants(capture):
-                    loaded = step.recorder.wrap(loaded, ctx.request)
-                return step, loaded, errors
+        try:
+            async for capture in answer:
+                tried_any = True
+                loaded = await _load_capture(step, capture, ctx, errors)
+                if loaded is not None:
+                    if step.recorder is not None and step.recorder.wants(capture):
+                        loaded = step.recorder.wrap(loaded, ctx.request)
+                    return step, loaded, errors
+        finally:
+            await answer.aclose()
     if failed_all and errors and not tried_any:
         raise AllSourcesFailed(
             f"every source of collection {collection.name!r} failed; "
