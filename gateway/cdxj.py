@@ -14,7 +14,9 @@ Formats read (pywb ``CDXObject``):
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -71,8 +73,9 @@ class CdxFormatError(ValueError):
     """A line is neither CDXJ nor a known legacy CDX layout."""
 
 
+@functools.lru_cache(maxsize=65536)
 def canonical_urlkey(url: str) -> str:
-    """Return the SURT urlkey of ``url`` with pywb's canonicalization.
+    """Return the SURT urlkey of ``url`` with pywb's canonicalization (cached).
 
     Scheme, ``www.``, default port, case and query-parameter order do not
     change the key (``surt`` package defaults, as pywb and cdxj-indexer use).
@@ -102,12 +105,16 @@ class CdxRecord:
     by the text of the line.
     """
 
-    __slots__ = ("fields", "timestamp", "urlkey")
+    __slots__ = ("_raw", "fields", "timestamp", "urlkey")
 
     def __init__(self, urlkey: str, timestamp: str, fields: dict[str, str]) -> None:
         self.urlkey = urlkey
         self.timestamp = timestamp
         self.fields = fields
+        #: The parsed JSON block's text, keys and values: :meth:`to_cdxj` reuses
+        #: the text while those fields are unchanged (fields appended later,
+        #: such as ``source``, are serialized and spliced in).
+        self._raw: tuple[str, tuple[str, ...], tuple[str, ...]] | None = None
 
     # ------------------------------------------------------------------ parse
     @classmethod
@@ -137,6 +144,13 @@ class CdxRecord:
                 raise CdxFormatError(f"bad CDXJ JSON block: {exc}: {text[:200]!r}") from exc
             if not isinstance(block, dict):
                 raise CdxFormatError(f"CDXJ block is not a JSON object: {text[:200]!r}")
+            values = tuple(block.values())
+            if set(map(type, values)) <= {str}:
+                record = cls(urlkey, timestamp, block)
+                # reusable text: ASCII (json.dumps escapes the rest), no "_" keys
+                if rest.isascii() and rest[-1] == "}" and '"_' not in rest:
+                    record._raw = (rest, tuple(block), values)
+                return record
             fields = {
                 str(k): (v if isinstance(v, str) else json.dumps(v) if v is not None else "")
                 for k, v in block.items()
@@ -145,14 +159,14 @@ class CdxRecord:
             if isinstance(status, int):
                 fields["status"] = str(status)
             return cls(urlkey, timestamp, fields)
-        values = rest.split(" ")
-        layout = _CDX_FORMATS.get(len(values) + 2)
+        columns = rest.split(" ")
+        layout = _CDX_FORMATS.get(len(columns) + 2)
         if layout is None:
             raise CdxFormatError(
-                f"unknown {len(values) + 2}-field CDX line; expected CDXJ or "
+                f"unknown {len(columns) + 2}-field CDX line; expected CDXJ or "
                 f"7, 9, 10 or 11 fields: {text[:200]!r}"
             )
-        return cls(urlkey, timestamp, dict(zip(layout, values, strict=True)))
+        return cls(urlkey, timestamp, dict(zip(layout, columns, strict=True)))
 
     # ---------------------------------------------------------------- access
     def get(self, name: str, default: str = "") -> str:
@@ -206,7 +220,9 @@ class CdxRecord:
         return self.fields.get("mime") == "warc/revisit" or self.fields.get("filename") == "-"
 
     def copy(self) -> CdxRecord:
-        return CdxRecord(self.urlkey, self.timestamp, dict(self.fields))
+        duplicate = CdxRecord(self.urlkey, self.timestamp, dict(self.fields))
+        duplicate._raw = self._raw
+        return duplicate
 
     def sort_key(self) -> tuple[str, str]:
         return (self.urlkey, self.timestamp)
@@ -216,8 +232,34 @@ class CdxRecord:
         """``urlkey timestamp {json}\\n`` as pywb writes it (``json.dumps`` spacing).
 
         With ``fields``, the JSON block holds only those present, in that order.
+        A parsed ASCII block whose fields are unchanged is reused as written.
         """
+        if fields is None and self._raw is not None:
+            block = self._reuse_raw(*self._raw)
+            if block is not None:
+                return f"{self.urlkey} {self.timestamp} {block}\n"
         return f"{self.urlkey} {self.timestamp} {json.dumps(self._block(fields))}\n"
+
+    def _reuse_raw(self, text: str, keys: tuple[str, ...], values: tuple[str, ...]) -> str | None:
+        """``text`` plus the fields appended since parsing, or None if any changed."""
+        names = tuple(self.fields)
+        count = len(keys)
+        if names[:count] != keys:
+            return None
+        now = tuple(self.fields.values())
+        if not all(map(operator.is_, now[:count], values)):
+            return None
+        if len(names) == count:
+            return text
+        extra = {
+            name: value
+            for name, value in zip(names[count:], now[count:], strict=True)
+            if name[:1] != "_"
+        }
+        if not extra:
+            return text
+        appended = json.dumps(extra)
+        return f"{text[:-1]}, {appended[1:]}" if count else appended
 
     def to_json(self, fields: Sequence[str] | None = None) -> str:
         """One NDJSON line: ``urlkey``, ``timestamp`` then the block (pywb ``to_json``)."""

@@ -9,10 +9,11 @@ whole range; plain order streams).
 
 from __future__ import annotations
 
+import calendar
+import functools
 import heapq
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
-from datetime import UTC, datetime
 
 from gateway.cdxj import CdxRecord
 from gateway.query import CaptureQuery, CdxFilter
@@ -29,21 +30,31 @@ __all__ = [
 ]
 
 
+@functools.lru_cache(maxsize=65536)
 def timestamp_to_seconds(ts: str) -> int:
     """Seconds since the epoch of a 14-digit UTC timestamp; shorter ones are padded down.
 
-    Out-of-range parts are clamped as warcio does, so bad index data cannot raise.
+    Out-of-range parts are clamped as warcio does, so bad index data cannot
+    raise. Cached: an index repeats the same timestamps across queries.
 
     >>> timestamp_to_seconds("19700101000001")
     1
+    >>> timestamp_to_seconds("2014")
+    1388534400
+    >>> timestamp_to_seconds("20141399999999") == timestamp_to_seconds("20141231235959")
+    True
     """
     ts = (ts + "10000101000000"[len(ts) :])[:14] if len(ts) < 14 else ts[:14]
-    try:
-        dt = datetime.strptime(ts, "%Y%m%d%H%M%S").replace(tzinfo=UTC)
-    except ValueError:
-        year = min(max(int(ts[:4]) if ts[:4].isdigit() else 1000, 1000), 2999)
-        dt = datetime(year, 12, 31, 23, 59, 59, tzinfo=UTC)
-    return int(dt.timestamp())
+    if not ts.isdigit():
+        year = int(ts[:4]) if ts[:4].isdigit() else 1000
+        return calendar.timegm((min(max(year, 1000), 2999), 12, 31, 23, 59, 59))
+    year = min(max(int(ts[0:4]), 1000), 2999)
+    month = min(max(int(ts[4:6]), 1), 12)
+    day = min(max(int(ts[6:8]), 1), calendar.monthrange(year, month)[1])
+    hour = min(int(ts[8:10]), 23)
+    minute = min(int(ts[10:12]), 59)
+    second = min(int(ts[12:14]), 59)
+    return calendar.timegm((year, month, day, hour, minute, second))
 
 
 async def apply_filters(

@@ -53,3 +53,18 @@ def test_integer_status_becomes_a_string() -> None:
 def test_bad_lines_raise(line: str) -> None:
     with pytest.raises(CdxFormatError):
         CdxRecord.parse(line)
+
+
+def test_reused_text_tracks_changes() -> None:
+    """to_cdxj reuses the parsed block only while its fields are unchanged."""
+    record = CdxRecord.parse(LINE)
+    record.fields["source"] = "pywb:iana.cdxj"
+    assert record.to_cdxj() == LINE[:-1] + ', "source": "pywb:iana.cdxj"}\n'
+    record.fields["mime"] = "text/plain"  # a changed value: serialized afresh
+    assert '"mime": "text/plain"' in record.to_cdxj()
+    del record.fields["digest"]
+    assert '"digest"' not in record.to_cdxj()
+    spaced = CdxRecord.parse('com,a)/ 2014 {"url":"http://a.com/","_x":"1"}')
+    assert spaced.to_cdxj() == 'com,a)/ 2014 {"url": "http://a.com/"}\n'
+    unicode = CdxRecord.parse('com,a)/ 2014 {"url": "http://a.com/é"}')
+    assert unicode.to_cdxj() == 'com,a)/ 2014 {"url": "http://a.com/\\u00e9"}\n'
