@@ -15,10 +15,19 @@
     └── LoadError                     404  one capture could not be loaded
         ├── ArchiveFileNotFound            ... no configured prefix holds the file
         ├── ArchiveUnavailable             ... I/O failed: HTTP 5xx, refused, read error
+        │   └── UpstreamLoadError          ... a remote archive could not serve a capture
+        │       ├── UpstreamStatusError        ... it answered an error page (not a memento)
+        │       ├── UpstreamUnreachable        ... refused, reset, broke off mid-answer
+        │       └── TooManyArchiveRedirects    ... redirect chain past the limit
+        ├── RecordTooLarge                 ... payload past the loader's max_record_bytes
+        ├── LiveFetchRefused               ... live URL refused (scheme, network policy)
         ├── UnsafeFilename                 ... CDX filename escapes its prefixes
         ├── RecordFormatError              ... bytes at offset are not a WARC/ARC record
         ├── RevisitUnresolved              ... a revisit's original was not found
         └── SelfRedirect                   ... a 3xx capture redirects to itself
+
+The snapshot store's own branch (``StoreError``) lives in
+:mod:`gateway.store.errors`.
 
 The single middleware in :mod:`gateway.app` renders any of them as
 ``{"message": ..., "errors": {source: reason}}`` with :attr:`GatewayError.status`.
@@ -37,9 +46,11 @@ __all__ = [
     "BadRequest",
     "ConfigError",
     "GatewayError",
+    "LiveFetchRefused",
     "LoadError",
     "NotFound",
     "RecordFormatError",
+    "RecordTooLarge",
     "RevisitUnresolved",
     "SelfRedirect",
     "SourceBadAnswer",
@@ -47,7 +58,11 @@ __all__ = [
     "SourceSkipped",
     "SourceTimeout",
     "SourceUnavailable",
+    "TooManyArchiveRedirects",
     "UnsafeFilename",
+    "UpstreamLoadError",
+    "UpstreamStatusError",
+    "UpstreamUnreachable",
 ]
 
 
@@ -165,6 +180,37 @@ class ArchiveFileNotFound(LoadError):
 class ArchiveUnavailable(LoadError):
     """The archive holding the record could not be read (HTTP 5xx, connection
     refused, read or permission error); another capture may still load."""
+
+
+class UpstreamLoadError(ArchiveUnavailable):
+    """The archive holding a remote capture could not serve it."""
+
+
+class UpstreamStatusError(UpstreamLoadError):
+    """The archive answered an error status (400 or more) that is not a memento.
+
+    ``status_code`` is the HTTP status code.
+    """
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status_code = status
+
+
+class UpstreamUnreachable(UpstreamLoadError):
+    """The archive could not be reached, or the connection broke mid-answer."""
+
+
+class TooManyArchiveRedirects(UpstreamLoadError):
+    """The archive redirected more times than allowed for one capture."""
+
+
+class RecordTooLarge(LoadError):
+    """The payload fetched upstream is larger than the loader's ``max_record_bytes``."""
+
+
+class LiveFetchRefused(LoadError):
+    """The live fetch was refused before anything was sent (scheme or network policy)."""
 
 
 class UnsafeFilename(LoadError):

@@ -74,7 +74,7 @@ from yarl import URL
 
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
-from gateway.errors import BadRequest, LoadError
+from gateway.errors import BadRequest, LiveFetchRefused, LoadError
 from gateway.loaders.base import LoadContext, LoadedRecord, WrappedRequest
 from gateway.loaders.warc_build import (
     CHUNK_BYTES,
@@ -112,10 +112,6 @@ _SKIP_AUTO_HEADERS: Final = ("Accept", "Accept-Encoding", "User-Agent", "Content
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE: Final = re.compile(r"[\r\n\x00]")
 _DEFAULT_REQUEST: Final = WrappedRequest()
-
-
-class LiveFetchRefused(LoadError):
-    """The live fetch was refused before anything was sent (scheme or network policy)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

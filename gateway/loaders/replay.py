@@ -82,7 +82,14 @@ from yarl import URL
 
 from gateway.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import SharedClients
-from gateway.errors import LoadError, SelfRedirect
+from gateway.errors import (
+    LoadError,
+    SelfRedirect,
+    TooManyArchiveRedirects,
+    UpstreamLoadError,
+    UpstreamStatusError,
+    UpstreamUnreachable,
+)
 from gateway.loaders.base import LoadContext, LoadedRecord, WrappedRequest
 from gateway.loaders.warc import is_self_redirect
 from gateway.loaders.warc_build import (
@@ -133,29 +140,6 @@ _REPLAY_URL = re.compile(
 )
 #: Characters left as they are when a URL is re-quoted (reserved, unreserved, %).
 _URL_SAFE: Final = "!#$%&'()*+,/:;=?@[]~"
-
-
-class UpstreamLoadError(LoadError):
-    """The archive holding a remote capture could not serve it."""
-
-
-class UpstreamStatusError(UpstreamLoadError):
-    """The archive answered an error status (400 or more) that is not a memento.
-
-    ``status`` is the HTTP status code.
-    """
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status_code = status
-
-
-class UpstreamUnreachable(UpstreamLoadError):
-    """The archive could not be reached, or the connection broke mid-answer."""
-
-
-class TooManyArchiveRedirects(UpstreamLoadError):
-    """The archive redirected more than MAX_ARCHIVE_REDIRECTS times for one capture."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,7 @@ from typing import Final
 from warcio.timeutils import timestamp_to_iso_date
 
 from gateway.cdxj import CdxRecord
-from gateway.errors import LoadError
+from gateway.errors import RecordTooLarge
 from gateway.loaders.base import LoadedRecord
 
 __all__ = [
@@ -103,10 +103,6 @@ HOP_BY_HOP: Final = frozenset(
     }
 )
 _RENAMED_TE: Final = "X-Archive-Orig-Transfer-Encoding"
-
-
-class RecordTooLarge(LoadError):
-    """The payload fetched upstream is larger than the loader's ``max_record_bytes``."""
 
 
 def sha1_label(hasher: hashlib._Hash) -> str:

@@ -77,11 +77,11 @@ from warcio.timeutils import iso_date_to_timestamp
 
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
-from gateway.errors import ArchiveFileNotFound, LoadError
+from gateway.errors import ArchiveFileNotFound, LoadError, UpstreamStatusError, UpstreamUnreachable
 from gateway.loaders import LOADER_TYPES
 from gateway.loaders.base import LoadContext
 from gateway.loaders.live import LiveLoader
-from gateway.loaders.replay import ReplayLoader, UpstreamStatusError, UpstreamUnreachable
+from gateway.loaders.replay import ReplayLoader
 from gateway.loaders.resolvers import resolver_config_from_shorthand
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.query import CaptureQuery

@@ -19,10 +19,9 @@ from aiohttp.abc import AbstractResolver
 
 from gateway.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import ClientSettings, SharedClients
-from gateway.errors import BadRequest, LoadError
+from gateway.errors import BadRequest, LiveFetchRefused, LoadError, RecordTooLarge
 from gateway.loaders.base import LoadContext, WrappedRequest
-from gateway.loaders.live import LiveFetchRefused, LiveLoadedRecord, LiveLoader
-from gateway.loaders.warc_build import RecordTooLarge
+from gateway.loaders.live import LiveLoadedRecord, LiveLoader
 from gateway.query import now_timestamp
 from tests.loaders.live_web import (
     CHUNKED_PIECES,

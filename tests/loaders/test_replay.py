@@ -27,7 +27,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from gateway.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import SharedClients
-from gateway.errors import LoadError, SelfRedirect
+from gateway.errors import LoadError, RecordTooLarge, SelfRedirect
 from gateway.loaders import replay, warc_build
 from gateway.loaders.base import LoadContext, LoadedRecord, ResourceLoader, WrappedRequest
 from gateway.loaders.replay import (
@@ -36,7 +36,6 @@ from gateway.loaders.replay import (
     UpstreamStatusError,
     UpstreamUnreachable,
 )
-from gateway.loaders.warc_build import RecordTooLarge
 from tests.conftest import free_port
 from tests.loaders.replay_archive import BIG, GZIPPED, HITS, PAYLOAD, replay_archive_app
 
