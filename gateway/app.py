@@ -29,7 +29,7 @@ from gateway.api.status import health_handler, root_handler, status_handler
 from gateway.clients import SharedClients
 from gateway.config import CollectionConfig, GatewayConfig
 from gateway.errors import ConfigError, GatewayError
-from gateway.keys import CLIENTS, COLLECTIONS, CONFIG
+from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, TIMEMAP_PAGE_SIZE
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.resolvers import RESOLVER_TYPES
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
@@ -143,6 +143,7 @@ def create_app(
     app[CONFIG] = config
     app[CLIENTS] = clients
     app[COLLECTIONS] = collections
+    app[TIMEMAP_PAGE_SIZE] = config.memento.timemap_page_size
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         shared = app[CLIENTS]

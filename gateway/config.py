@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "CollectionConfig",
     "GatewayConfig",
+    "MementoSettings",
     "ResolverSpec",
     "SourceSpec",
     "StepConfig",
@@ -119,11 +120,27 @@ class CollectionConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MementoSettings:
+    """The ``memento:`` section: how the RFC 7089 endpoints answer.
+
+    ``timemap_page_size``: mementos per TimeMap page; longer TimeMaps are
+    paged with ``rel="timemap"`` links carrying ``from``/``until``.
+    """
+
+    timemap_page_size: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.timemap_page_size < 1:
+            raise ValueError(f"timemap_page_size {self.timemap_page_size}: expected 1 or more")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayConfig:
     """The whole file: collections in file order, upstream client settings."""
 
     collections: Mapping[str, CollectionConfig]
     client: ClientSettings
+    memento: MementoSettings = dataclasses.field(default_factory=MementoSettings)
     store: StoreSettings = dataclasses.field(default_factory=StoreSettings)
     #: True when the file has a ``store:`` section.
     store_configured: bool = False
@@ -165,7 +182,7 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     if data is None:
         data = {}
     root = _mapping(data, "(top level)")
-    _reject_unknown(root, {"collections", "client", "store"}, "(top level)")
+    _reject_unknown(root, {"collections", "client", "memento", "store"}, "(top level)")
     collections_data = _mapping(root.get("collections") or {}, "collections")
     collections: dict[str, CollectionConfig] = {}
     for name, value in collections_data.items():
@@ -179,9 +196,11 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
         collections[name] = _collection(name, value, path)
     client = _dataclass(ClientSettings, root.get("client") or {}, "client")
     store = _dataclass(StoreSettings, root.get("store") or {}, "store")
+    memento = _dataclass(MementoSettings, root.get("memento") or {}, "memento")
     return GatewayConfig(
         collections=collections,
         client=client,
+        memento=memento,
         store=store,
         store_configured="store" in root,
         source_file=source_file,

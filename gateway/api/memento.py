@@ -57,6 +57,7 @@ from gateway.api.replay import archived_response, replay_headers, unframe
 from gateway.api.resource import find_record
 from gateway.cdxj import CdxRecord
 from gateway.cdxops import timestamp_to_seconds
+from gateway.config import MementoSettings
 from gateway.errors import BadRequest, NotFound
 from gateway.keys import TIMEMAP_PAGE_SIZE
 from gateway.loaders.base import LoadedRecord
@@ -87,7 +88,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Mementos per TimeMap page unless the app sets :data:`~gateway.keys.TIMEMAP_PAGE_SIZE`.
-DEFAULT_TIMEMAP_PAGE_SIZE: Final = 10_000
+DEFAULT_TIMEMAP_PAGE_SIZE: Final = MementoSettings().timemap_page_size
 #: TimeMap formats (the ``/timemap/{format}/`` segment) and their media types.
 TIMEMAP_TYPES: Final[dict[str, str]] = {
     "link": LINK_FORMAT,

@@ -20,7 +20,6 @@ from warcio.statusandheaders import StatusAndHeaders
 from gateway.app import create_app
 from gateway.cdxj import CdxRecord
 from gateway.config import parse_config
-from gateway.keys import TIMEMAP_PAGE_SIZE
 from gateway.memento import Link, parse_link_format, parse_link_header, timestamp_to_http_date
 from tests.api.conftest import MakeClient
 
@@ -321,8 +320,7 @@ collections:
 async def test_timemaps_are_paged_past_the_page_size(
     aiohttp_client: AiohttpClient, sample_yaml: str
 ) -> None:
-    app = create_app(parse_config(sample_yaml))
-    app[TIMEMAP_PAGE_SIZE] = 5
+    app = create_app(parse_config(sample_yaml + "memento:\n  timemap_page_size: 5\n"))
     client = await aiohttp_client(app)
     url = str(client.make_url(f"/iana/timemap/link/{PRINT_CSS}"))
     origin = str(client.make_url("/")).rstrip("/")
