@@ -1,8 +1,7 @@
 """WarcLoader (gateway.loaders.warc) over the sample archive and generated WARCs.
 
-Byte identity with pywb 2.10's ``/resource`` is checked against the pywb
-warcserver on 127.0.0.1:8091 (collection ``pywb``) and skipped when nothing
-listens there.
+Byte identity with pywb 2.10's ``/resource`` is checked against a real pywb
+warcserver (collection ``pywb``) started by the ``pywb_warcserver`` fixture.
 """
 
 from __future__ import annotations
@@ -55,7 +54,6 @@ from tests.loaders.conftest import (
     write_records,
 )
 
-PYWB_PEER = ("127.0.0.1", 8091)
 _RECORD_ID = re.compile(rb"WARC-Record-ID: <urn:uuid:[0-9a-f-]+>")
 
 
@@ -875,19 +873,10 @@ async def test_large_record_streams_in_bounded_memory(
 
 
 # ------------------------------------------------------------ pywb (peer)
-def _pywb_reachable() -> bool:
-    try:
-        with socket.create_connection(PYWB_PEER, timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
-def pywb_base() -> str:
-    if not _pywb_reachable():
-        pytest.skip("no pywb warcserver on 127.0.0.1:8091 (collection 'pywb' over the sample)")
-    return f"http://{PYWB_PEER[0]}:{PYWB_PEER[1]}"
+def pywb_base(pywb_warcserver: str) -> str:
+    """pywb 2.10 warcserver over the sample (tests/conftest.py starts it)."""
+    return pywb_warcserver
 
 
 def _pywb_captures(sample_dir: Path) -> Iterator[CdxRecord]:
