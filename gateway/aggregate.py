@@ -307,6 +307,8 @@ class Step:
     load_timeout_s: float = 30.0
 
     async def aclose(self) -> None:
+        if self.recorder is not None:
+            await self.recorder.aclose()
         await self.index.aclose()
 
 

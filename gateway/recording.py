@@ -31,7 +31,7 @@ from gateway.loaders.base import LoadContext, LoadedRecord, ResourceLoader, Wrap
 from gateway.loaders.live import LiveLoadedRecord
 from gateway.memento import iso_to_timestamp
 from gateway.sources.store import StoreSource
-from gateway.store import CaptureAck, CaptureInput, HttpRequest, HttpResponse
+from gateway.store import CaptureAck, CaptureInput, HttpRequest, HttpResponse, StoreError
 from gateway.store.settings import DedupPolicy
 
 __all__ = ["Recorder"]
@@ -63,6 +63,8 @@ class Recorder:
         self.members = members
         self.dedup = dedup
         self.skip_if_updated_days = skip_if_updated_days
+        #: Hand-overs to the store still running (the store's queue may be full).
+        self._pending: set[asyncio.Task[None]] = set()
         self._store_source = StoreSource(
             name=STORE_MEMBER, store=lambda: clients.store, clients=clients
         )
@@ -109,12 +111,25 @@ class Recorder:
                 complete = True
             finally:
                 if complete:
-                    await self._submit(loaded, request, spool)
+                    self._hand_over(loaded, request, spool)
                 else:
                     spool.close()
 
         loaded.body = tee()
         return loaded
+
+    def _hand_over(self, loaded: LoadedRecord, request: WrappedRequest, spool: IO[bytes]) -> None:
+        """Submit in a task of its own: neither the client (whose response ends
+        now) nor a cancelled handler (the client went away) waits for it or
+        cancels it while the store's queue is full."""
+        task = asyncio.get_running_loop().create_task(self._submit(loaded, request, spool))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def aclose(self) -> None:
+        """Wait for hand-overs still running (before the store closes)."""
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
 
     async def _submit(
         self, loaded: LoadedRecord, request: WrappedRequest, spool: IO[bytes]
@@ -138,7 +153,11 @@ class Recorder:
             warc_date=_capture_time(loaded),
             dedup=self.dedup,
         )
-        future = await store.submit(capture)
+        try:
+            future = await store.submit(capture)
+        except StoreError as exc:  # closed or failing: the served answer stands
+            logger.warning("not recording %s: %s", loaded.target_uri, exc)
+            return
         future.add_done_callback(_log_failure)
 
 

@@ -121,3 +121,30 @@ async def test_skip_if_updated_days_serves_the_store_copy(
     assert b"same content every time" in await resp.read()
     assert hits["page"] == 1  # served from the store, not fetched again
     assert json.loads(resp.headers["Warcserver-Cdx"].split(" ", 2)[2])["source"] == "store"
+
+
+async def test_captures_are_kept_when_clients_leave_while_the_queue_is_full(
+    make_client: Callable[[str], Awaitable[Client]],
+    live_web: tuple[str, dict[str, int]],
+    tmp_path: Path,
+) -> None:
+    """A full store queue never makes a finished capture depend on the client staying."""
+    import aiohttp
+
+    config = _config(tmp_path / "store").replace(
+        "  fsync: never\n", "  fsync: never\n  max_queued_captures: 1\n"
+    )
+    client = await make_client(config)
+    base, _ = live_web
+    urls = [f"{base}/page?n={n}" for n in range(20)]
+    connector = aiohttp.TCPConnector(force_close=True)  # close right after each answer
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def fetch(url: str) -> None:
+            async with session.get(client.make_url("/rec/resource"), params={"url": url}) as resp:
+                assert resp.status == 200
+                await resp.read()
+
+        await asyncio.gather(*(fetch(url) for url in urls))
+    for url in urls:
+        assert len(await _stored(client, url, 1)) == 1, url
