@@ -35,7 +35,17 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.harness import machine, markdown_table, print_machine, run_wrk, start_gateway, start_pywb
+from bench.harness import (
+    Server,
+    WrkResult,
+    machine,
+    markdown_table,
+    print_machine,
+    run_wrk,
+    start_gateway,
+    start_pywb,
+)
+from bench.profiling import Profile, print_profile, profile_under_load
 from bench.workloads import (
     HEADER,
     IANA_CDXJ,
@@ -73,11 +83,34 @@ def pywb_config() -> dict[str, object]:
     return {"collections": {COLL: {"index": str(IANA_CDXJ), "archive_paths": f"{WARCS}/"}}}
 
 
+def profile_rows(
+    gateway: Server, workload: Sequence[Row], out_dir: Path, conns: int, runner: Runner
+) -> list[tuple[str, WrkResult, Profile]]:
+    """py-spy the gateway under each row's load; raw stacks go to ``out_dir/<row>.txt``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = []
+    for row in workload:
+        raw = out_dir / (row.name.replace(" ", "-") + ".txt")
+        result, profile = profile_under_load(
+            gateway,
+            row.paths,
+            raw,
+            connections=conns,
+            duration_s=runner.duration_s,
+            workdir=runner.workdir,
+        )
+        found.append((f"gateway, {row.name}, {conns} connections", result, profile))
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
     parser.add_argument("--connections", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per row and server (interleaved); medians"
+    )
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per server")
     parser.add_argument(
         "--quiet-wait",
@@ -89,6 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-extra", action="store_true", help="skip the Connection: close and stock pywb rows"
     )
     parser.add_argument("--only", nargs="*", help="run only rows whose name starts with these")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="after measuring, profile the gateway with py-spy on each row (raw stacks to DIR)",
+    )
     args = parser.parse_args(argv)
 
     print_machine(machine())
@@ -100,8 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     workload = [r for r in rows() if not args.only or r.name.startswith(tuple(args.only))]
     first, conns0 = rows()[0], args.connections[0]
     table: list[list[str]] = []
+    profiles: list[tuple[str, WrkResult, Profile]] = []
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
-        runner = Runner(args.duration, args.threads, args.quiet_wait, Path(tmp))
+        runner = Runner(args.duration, args.threads, args.quiet_wait, Path(tmp), args.repeat)
         gateway = start_gateway(gateway_yaml(), runner.workdir)
         pywb = start_pywb(pywb_config(), runner.workdir)
         try:
@@ -117,24 +157,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             for row in workload:
                 for conns in args.connections:
-                    gw, pw = runner.run(gateway, row, conns), runner.run(pywb, row, conns)
+                    gw, pw = runner.runs((gateway, pywb), row, conns)
                     emit(table, pair_row(row.name, conns, gw, pw))
             if not args.no_extra:
                 closed = Row(first.name + ", Connection: close", first.paths, close=True)
-                gw, pw = runner.run(gateway, closed, conns0), runner.run(pywb, closed, conns0)
+                gw, pw = runner.runs((gateway, pywb), closed, conns0)
                 emit(table, pair_row(closed.name, conns0, gw, pw))
+            if args.profile:
+                try:
+                    profiles = profile_rows(gateway, workload, args.profile, conns0, runner)
+                except RuntimeError as exc:  # py-spy missing or failing: keep the numbers
+                    print(f"# profiling failed: {exc}")
         finally:
             gateway.stop()
             pywb.stop()
         if not args.no_extra:
             stock = start_pywb(pywb_config(), runner.workdir, nodelay=False, name="pywb-stock")
             try:
-                pw = runner.run(stock, first, conns0)
+                (pw,) = runner.runs((stock,), first, conns0)
             finally:
                 stock.stop()
             emit(table, pair_row(first.name + ", stock pywb (no TCP_NODELAY)", conns0, None, pw))
     print()
     print(markdown_table(HEADER, table))
+    for title, result, profile in profiles:
+        print_profile(title, result, profile)
     return 0
 
 

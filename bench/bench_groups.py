@@ -55,7 +55,18 @@ from bench.harness import (
     start_gateway,
     start_pywb,
 )
-from bench.workloads import HEADER, IANA_CDXJ, Row, Runner, check_answers, emit, mix_paths, pair_row
+from bench.profiling import Profile, print_profile, profile_under_load
+from bench.workloads import (
+    HEADER,
+    IANA_CDXJ,
+    Row,
+    Runner,
+    Runs,
+    check_answers,
+    emit,
+    mix_paths,
+    pair_row,
+)
 
 TIMEOUT_S = 5
 
@@ -133,9 +144,11 @@ def collections(files: Sequence[Path], remote: str) -> dict[str, dict[str, objec
     }
 
 
-def gateway_yaml(colls: dict[str, dict[str, object]]) -> str:
-    """The gateway's YAML for ``colls`` (values quoted as JSON strings, which YAML reads)."""
-    out = ["collections:"]
+def gateway_yaml(colls: dict[str, dict[str, object]], limit_per_host: int | None = None) -> str:
+    """The gateway's YAML for ``colls`` (values quoted as JSON strings, which YAML reads),
+    with ``client.limit_per_host`` when given (else the gateway's default)."""
+    out = [] if limit_per_host is None else ["client:", f"  limit_per_host: {limit_per_host}"]
+    out.append("collections:")
     for name, spec in colls.items():
         out.append(f"  {name}:")
         for key, value in spec.items():
@@ -157,10 +170,10 @@ class Added:
     group: str
     member: str
     conns: int
-    gw_member: WrkResult
-    gw_group: WrkResult
-    pw_member: WrkResult
-    pw_group: WrkResult
+    gw_member: Runs
+    gw_group: Runs
+    pw_member: Runs
+    pw_group: Runs
 
 
 def added_rows(added: Sequence[Added], target_ms: float) -> list[list[str]]:
@@ -198,6 +211,27 @@ ADDED_HEADER = (
 )
 
 
+def profile_groups(
+    gateway: Server,
+    rows: dict[str, Row],
+    plan: Sequence[tuple[str, str, list[int]]],
+    out_dir: Path,
+    conns: int,
+    work: Path,
+    duration_s: float = 10.0,
+) -> list[tuple[str, WrkResult, Profile]]:
+    """py-spy the gateway under each measured group's load (raw stacks to ``out_dir``)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = []
+    for coll in [c for c in ("group3", "mixed") if any(p[0] == c for p in plan)]:
+        raw = out_dir / f"{coll}.txt"
+        result, profile = profile_under_load(
+            gateway, rows[coll].paths, raw, connections=conns, duration_s=duration_s, workdir=work
+        )
+        found.append((f"gateway, {coll}, {conns} connections", result, profile))
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per wrk run")
@@ -210,9 +244,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="connection counts at which added latency is measured",
     )
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per row and server (interleaved); medians"
+    )
     parser.add_argument("--delay-ms", type=float, default=50.0, help="remote CDX server delay")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per server")
     parser.add_argument("--quiet-wait", type=float, default=60.0)
+    parser.add_argument(
+        "--limit-per-host",
+        type=int,
+        help="the gateway's client.limit_per_host (default: the gateway's own, 16)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        choices=("group3", "local", "mixed", "remote"),
+        help="measure only these collections",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="after measuring, profile the gateway with py-spy on both groups (raw stacks to DIR)",
+    )
     parser.add_argument("--serve-remote-cdx", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_remote_cdx:
@@ -225,13 +279,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"# remote CDX server answers after {args.delay_ms:g} ms; wrk, it and the server share")
     print("# the machine's cores")
+    lph = args.limit_per_host
+    print(f"# gateway client.limit_per_host: {'16 (default)' if lph is None else lph}")
     tp_conns = sorted(set(args.connections))
     lat_conns = sorted(set(args.latency_connections))
     table: list[list[str]] = []
     added: list[Added] = []
+    profiles: list[tuple[str, WrkResult, Profile]] = []
     with tempfile.TemporaryDirectory(prefix="bench-groups-") as tmp:
         work = Path(tmp)
-        runner = Runner(args.duration, args.threads, args.quiet_wait, work)
+        runner = Runner(args.duration, args.threads, args.quiet_wait, work, args.repeat)
         files = []
         for name in ("a", "b", "c"):
             (work / name).mkdir()
@@ -241,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         colls = collections(files, f"cdx+{remote.base}/cdx")
         servers: list[Server] = [remote]
         try:
-            gateway = start_gateway(gateway_yaml(colls), work)
+            gateway = start_gateway(gateway_yaml(colls, args.limit_per_host), work)
             servers.append(gateway)
             pywb = start_pywb({"collections": colls}, work)
             servers.append(pywb)
@@ -256,23 +313,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                     duration_s=args.warmup,
                     workdir=work,
                 )
+            remote_label = f"remote ({args.delay_ms:g} ms)"
             plan = [
                 ("group3", "group of 3 local", sorted(set(tp_conns + lat_conns))),
                 ("local", "1 local alone", lat_conns),
-                ("mixed", "local + remote (50 ms) group", sorted(set(tp_conns + lat_conns))),
-                ("remote", "remote (50 ms) alone", lat_conns),
+                ("mixed", f"local + {remote_label} group", sorted(set(tp_conns + lat_conns))),
+                ("remote", f"{remote_label} alone", lat_conns),
             ]
-            results: dict[tuple[str, int], tuple[WrkResult, WrkResult]] = {}
+            plan = [p for p in plan if not args.only or p[0] in args.only]
+            results: dict[tuple[str, int], tuple[Runs, Runs]] = {}
             for coll, label, conns_list in plan:
                 for conns in conns_list:
-                    gw = runner.run(gateway, rows[coll], conns)
-                    pw = runner.run(pywb, rows[coll], conns)
+                    gw, pw = runner.runs((gateway, pywb), rows[coll], conns)
                     results[coll, conns] = (gw, pw)
                     emit(table, pair_row(f"{label}, mix 50", conns, gw, pw))
             for group, member in (("group3", "local"), ("mixed", "remote")):
                 for conns in lat_conns:
+                    if (group, conns) not in results or (member, conns) not in results:
+                        continue
                     (gwg, pwg), (gwm, pwm) = results[group, conns], results[member, conns]
                     added.append(Added(group, member, conns, gwm, gwg, pwm, pwg))
+            if args.profile:
+                try:
+                    profiles = profile_groups(
+                        gateway, rows, plan, args.profile, tp_conns[0], work, args.duration
+                    )
+                except RuntimeError as exc:  # py-spy missing or failing: keep the numbers
+                    print(f"# profiling failed: {exc}")
         finally:
             for server in reversed(servers):
                 server.stop()
@@ -280,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(markdown_table(HEADER, table))
     print()
     print(markdown_table(ADDED_HEADER, added_rows(added, 5.0)))
+    for title, result, profile in profiles:
+        print_profile(title, result, profile)
     return 0
 
 

@@ -119,11 +119,16 @@ end
 
 
 def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
+    """``model name`` and ``cpu MHz`` of the first CPU in /proc/cpuinfo."""
+    model, mhz = "", ""
+    with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
+            name, _, value = line.partition(":")
+            if name.strip() == "model name" and not model:
+                model = value.strip()
+            elif name.strip() == "cpu MHz" and not mhz:
+                mhz = f", {float(value):.0f} MHz"
+    return (model or platform.processor() or "unknown") + mhz
 
 
 def _version_of(argv: Sequence[str]) -> str:
@@ -133,6 +138,23 @@ def _version_of(argv: Sequence[str]) -> str:
         return "unknown"
     lines = (done.stdout or done.stderr).strip().splitlines()
     return lines[0] if lines else "unknown"
+
+
+def code_version() -> str:
+    """``git`` HEAD of the repository, and how many files under gateway/ differ from it."""
+    head = _version_of(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"])
+    try:
+        status = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "gateway"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return head
+    changed = len(status.splitlines())
+    return f"{head}" + (f" + {changed} uncommitted file(s) under gateway/" if changed else "")
 
 
 def machine() -> dict[str, str]:
@@ -148,6 +170,7 @@ def machine() -> dict[str, str]:
         "cpu": _cpu_model(),
         "kernel": platform.release(),
         "python": platform.python_version(),
+        "code": code_version(),
         "gateway": f"aiohttp {metadata.version('aiohttp')}, {loop}",
         "pywb": _version_of(
             [
@@ -388,7 +411,8 @@ def run_wrk(
         _WRK_LUA % {"paths": quoted, "close": "true" if close else "false", "start": 0},
         "utf-8",
     )
-    argv = [ensure_wrk(), f"-t{threads}", f"-c{connections}", f"-d{duration_s:g}s", "--latency"]
+    seconds_arg = f"-d{max(1, round(duration_s))}s"  # wrk takes whole seconds
+    argv = [ensure_wrk(), f"-t{threads}", f"-c{connections}", seconds_arg, "--latency"]
     argv += ["--timeout", "10s", "-s", str(lua), server.base + paths[0]]
     cpu_before, busy_before, wrk_before = server.cpu_s(), system_busy_s(), _children_cpu_s()
     wall_before = time.monotonic()

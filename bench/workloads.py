@@ -10,7 +10,9 @@ ratios (gateway/pywb req/s, pywb/gateway p99).
 from __future__ import annotations
 
 import json
+import statistics
 import urllib.parse
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +71,46 @@ def check_answers(servers: Sequence[Server], row: Row) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class Runs:
+    """Repeated wrk runs of one row on one server; each figure is the median over runs."""
+
+    runs: tuple[WrkResult, ...]
+
+    @property
+    def requests_per_s(self) -> float:
+        return statistics.median(r.requests_per_s for r in self.runs)
+
+    @property
+    def p50_ms(self) -> float:
+        return statistics.median(r.p50_ms for r in self.runs)
+
+    @property
+    def p99_ms(self) -> float:
+        return statistics.median(r.p99_ms for r in self.runs)
+
+    @property
+    def server_cpu(self) -> float:
+        return statistics.median(r.server_cpu for r in self.runs)
+
+    @property
+    def other_cpu(self) -> float:
+        return statistics.median(r.other_cpu for r in self.runs)
+
+    def rps_cell(self) -> str:
+        """``median`` req/s, `` (min-max)`` when repeated, then any errors (summed)."""
+        cell = f"{self.requests_per_s:,.0f}"
+        if len(self.runs) > 1:
+            rates = [r.requests_per_s for r in self.runs]
+            cell += f" ({min(rates):,.0f}-{max(rates):,.0f})"
+        errors: Counter[str] = Counter()
+        for r in self.runs:
+            errors.update(r.errors)
+        if errors:
+            cell += " (" + ", ".join(f"{n} {kind} errors" for kind, n in errors.items()) + ")"
+        return cell
+
+
+@dataclass(frozen=True, slots=True)
 class Runner:
     """Runs wrk with the command-line settings, after waiting for a quiet machine."""
 
@@ -76,6 +118,7 @@ class Runner:
     threads: int
     quiet_wait_s: float
     workdir: Path
+    repeat: int = 1
 
     def run(self, server: Server, row: Row, conns: int) -> WrkResult:
         """One wrk run of ``row`` on ``server`` with ``conns`` connections."""
@@ -89,6 +132,14 @@ class Runner:
             threads=min(self.threads, conns),
             close=row.close,
         )
+
+    def runs(self, servers: Sequence[Server], row: Row, conns: int) -> list[Runs]:
+        """``repeat`` runs on each of ``servers``, interleaved (a, b, a, b, ...)."""
+        found: list[list[WrkResult]] = [[] for _ in servers]
+        for _ in range(self.repeat):
+            for i, server in enumerate(servers):
+                found[i].append(self.run(server, row, conns))
+        return [Runs(tuple(results)) for results in found]
 
 
 HEADER: Final = (
@@ -107,34 +158,38 @@ HEADER: Final = (
 )
 
 
-def _fmt(result: WrkResult) -> tuple[str, str, str]:
-    return (
-        f"{result.requests_per_s:,.0f}{result.errors_note()}",
-        f"{result.p50_ms:.2f}",
-        f"{result.p99_ms:.2f}",
-    )
-
-
-def pair_row(label: str, conns: int, gw: WrkResult | None, pw: WrkResult) -> list[str]:
-    """Cells of one :data:`HEADER` row; ``gw`` None for a pywb-only row.
+def pair_row(label: str, conns: int, gw: Runs | None, pw: Runs) -> list[str]:
+    """Cells of one :data:`HEADER` row (medians over runs); ``gw`` None for a pywb-only row.
 
     CPU columns are CPU seconds per wall second (1.0 = one core): the server
     under load, and every process other than that server and wrk.
     """
-    pw_rps, pw_p50, pw_p99 = _fmt(pw)
+    pw_p50, pw_p99 = f"{pw.p50_ms:.2f}", f"{pw.p99_ms:.2f}"
     if gw is None:
         cpu, other = f"- / {pw.server_cpu:.2f}", f"- / {pw.other_cpu:.2f}"
-        return [label, str(conns), "-", pw_rps, "-", "-", pw_p50, "-", pw_p99, "-", cpu, other]
-    gw_rps, gw_p50, gw_p99 = _fmt(gw)
+        return [
+            label,
+            str(conns),
+            "-",
+            pw.rps_cell(),
+            "-",
+            "-",
+            pw_p50,
+            "-",
+            pw_p99,
+            "-",
+            cpu,
+            other,
+        ]
     return [
         label,
         str(conns),
-        gw_rps,
-        pw_rps,
+        gw.rps_cell(),
+        pw.rps_cell(),
         f"**{gw.requests_per_s / pw.requests_per_s:.2f}x**",
-        gw_p50,
+        f"{gw.p50_ms:.2f}",
         pw_p50,
-        gw_p99,
+        f"{gw.p99_ms:.2f}",
         pw_p99,
         f"**{pw.p99_ms / gw.p99_ms:.2f}x**",
         f"{gw.server_cpu:.2f} / {pw.server_cpu:.2f}",
