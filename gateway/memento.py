@@ -26,6 +26,7 @@ __all__ = [
     "memento_links",
     "parse_link_format",
     "parse_link_header",
+    "retry_after_seconds",
     "timemap_json",
     "timemap_link_format",
     "timemap_link_value",
@@ -472,3 +473,24 @@ def timemap_json(
             for rel, page in pages.items()
         },
     }
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` (RFC 9110 §10.2.3: delta-seconds or an HTTP date) in
+    seconds from now; None when absent or malformed.
+
+    >>> retry_after_seconds("120"), retry_after_seconds(None), retry_after_seconds("soon")
+    (120.0, None, None)
+    """
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

@@ -48,10 +48,8 @@ empty, which ``gateway check-config`` cannot detect.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import ClassVar, Final, Self
 from urllib.parse import quote, urlsplit
 
@@ -64,6 +62,7 @@ from gateway.errors import SourceBadAnswer, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.replay import DEFAULT_MAX_RECORD_BYTES, ReplayLoader, requote_url
 from gateway.loaders.warc_build import CHUNK_BYTES, DEFAULT_SPOOL_MEMORY_BYTES
+from gateway.memento import retry_after_seconds
 from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdx_stream import BodyDecoder, CdxAnswerError, CdxAnswerParser
@@ -189,24 +188,6 @@ def fill_replay_template(template: str, url: str, timestamp: str) -> str:
     in_query = 0 <= query_at < template.find("{url}")
     filled_url = quote(url) if in_query else requote_url(url)
     return template.replace("{timestamp}", timestamp).replace("{url}", filled_url)
-
-
-def _retry_after_s(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` value (delta-seconds or HTTP date); None if absent/bad.
-
-    >>> _retry_after_s("120"), _retry_after_s(None), _retry_after_s("soon")
-    (120.0, None, None)
-    """
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _in_range(record: CdxRecord, query: CaptureQuery) -> bool:
@@ -335,7 +316,7 @@ class CdxApiSource:
                 if resp.status >= 300:
                     retry = None
                     if resp.status in (429, 503):
-                        retry = _retry_after_s(resp.headers.get("Retry-After"))
+                        retry = retry_after_seconds(resp.headers.get("Retry-After"))
                     raise SourceUnavailable(
                         self.name, f"HTTP {resp.status} from {api}", retry_after_s=retry
                     )

@@ -56,8 +56,6 @@ import re
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import ClassVar, Final
 from urllib.parse import urljoin
 
@@ -70,7 +68,13 @@ from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.replay import ReplayLoader
-from gateway.memento import Link, http_date_to_timestamp, parse_link_format, parse_link_header
+from gateway.memento import (
+    Link,
+    http_date_to_timestamp,
+    parse_link_format,
+    parse_link_header,
+    retry_after_seconds,
+)
 from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.memento_config import (
@@ -282,7 +286,7 @@ class MementoSource:
     ) -> None:
         """Raise :class:`SourceUnavailable` for 4xx and 5xx (``Retry-After`` kept)."""
         if status >= 400:
-            retry = _retry_after_s(headers.get("Retry-After"))
+            retry = retry_after_seconds(headers.get("Retry-After"))
             raise SourceUnavailable(self.name, f"{what} {url} answered HTTP {status}", retry)
 
     def unreachable(self, what: str, url: str, exc: aiohttp.ClientError) -> SourceUnavailable:
@@ -430,23 +434,3 @@ def _captured_url(memento_uri: str, original: str, urlkey: str, keys: dict[str, 
         except ValueError:
             keys[embedded] = None
     return embedded if keys[embedded] == urlkey else original
-
-
-def _retry_after_s(value: str | None) -> float | None:
-    """``Retry-After`` (RFC 9110 §10.2.3: seconds or an HTTP date) in seconds from now.
-
-    >>> _retry_after_s("120"), _retry_after_s(None), _retry_after_s("soon")
-    (120.0, None, None)
-    """
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
