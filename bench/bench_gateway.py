@@ -1,6 +1,7 @@
 """Benchmark: the gateway vs pywb 2.10's warcserver, side by side (issue 2 §7).
 
-    python -m bench.bench_gateway [--duration 10] [--connections 16 64] [--no-extra]
+    python -m bench.bench_gateway [--duration 10] [--connections 16 64] [--repeat 3]
+                                  [--only ROW...] [--no-extra] [--profile DIR]
 
 Both servers serve the same data (``../shared/data/pywb-sample``: index
 ``cdxj/iana.cdxj``, WARCs in ``warcs/``) on 127.0.0.1, one process each: the

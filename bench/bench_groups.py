@@ -1,6 +1,8 @@
 """Benchmark: index_group aggregation, gateway vs pywb 2.10 (issue 3 §7).
 
-    python -m bench.bench_groups [--duration 10] [--connections 16 64] [--latency-connections 1 16]
+    python -m bench.bench_groups [--duration 10] [--connections 16 64] [--repeat 3]
+        [--latency-connections 1 16] [--only group3 local mixed remote]
+        [--limit-per-host N] [--delay-ms 50] [--profile DIR]
 
 Both servers (one process each, on 127.0.0.1; pywb with TCP_NODELAY, see
 ``bench/harness.py``) get the same collections:
