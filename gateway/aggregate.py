@@ -24,12 +24,13 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway import cdxops
 from gateway.cdxj import CdxRecord
+from gateway.eager import Resumed, run_within
 from gateway.errors import (
     AllSourcesFailed,
     BadRequest,
@@ -58,6 +59,11 @@ class Lookup:
     when every queried member failed (the API answers 503, not "no captures").
     ``outcomes`` maps every queried member to ``"ok: N captures"`` (``"ok"``
     for a streamed single member) or its failure, in config order.
+
+    Iterating yields ``first`` then the rest of ``records``. For a streamed
+    single member (``streamed_from`` names it), a failure after the first
+    record ends the stream early instead (the status line is already sent)
+    and is logged. The consumer calls :meth:`aclose` when done.
     """
 
     records: AsyncIterator[CdxRecord]
@@ -66,18 +72,43 @@ class Lookup:
     #: The first record, already read from ``records`` (None: the answer is empty).
     first: CdxRecord | None = None
     outcomes: dict[str, str] = field(default_factory=dict)
+    streamed_from: str | None = None
 
-    async def __aiter__(self) -> AsyncIterator[CdxRecord]:
-        if self.first is not None:
-            yield self.first
-        async for record in self.records:
-            yield record
+    def __aiter__(self) -> AsyncIterator[CdxRecord]:
+        return _Answer(self)
 
     async def aclose(self) -> None:
         """Stop the underlying stream early (releases files and connections)."""
         close = getattr(self.records, "aclose", None)
         if close is not None:
             await close()
+
+
+class _Answer:
+    """Iterator of a :class:`Lookup` (a class, not an async generator: see cdxops)."""
+
+    __slots__ = ("_first", "_lookup")
+
+    def __init__(self, lookup: Lookup) -> None:
+        self._lookup = lookup
+        self._first = lookup.first
+
+    def __aiter__(self) -> _Answer:
+        return self
+
+    async def __anext__(self) -> CdxRecord:
+        first = self._first
+        if first is not None:
+            self._first = None
+            return first
+        lookup = self._lookup
+        try:
+            return await lookup.records.__anext__()
+        except SourceError as exc:
+            if lookup.streamed_from is None:
+                raise
+            logger.warning("source %s failed mid-stream: %s", lookup.streamed_from, exc.reason)
+            raise StopAsyncIteration from None
 
 
 @dataclass(slots=True)
@@ -128,19 +159,6 @@ class Breaker:
         }
 
 
-def _tag(records: AsyncIterator[CdxRecord], name: str) -> AsyncIterator[CdxRecord]:
-    """Set ``source`` (``name`` or ``name:sub``) and ``source-coll`` as pywb does."""
-
-    async def tagged() -> AsyncIterator[CdxRecord]:
-        async for record in records:
-            sub = record.fields.get("source")
-            record.fields["source"] = f"{name}:{sub}" if sub else name
-            record.fields["source-coll"] = name
-            yield record
-
-    return tagged()
-
-
 class IndexGroup:
     """Members queried concurrently under a per-member deadline (pywb ``index_group``).
 
@@ -173,22 +191,52 @@ class IndexGroup:
         return [(i, m) for i, m in indexed if m.name in wanted]
 
     async def lookup(self, query: CaptureQuery) -> Lookup:
-        """Query the selected members; see the module docstring for order and errors."""
+        """Query the selected members; see the module docstring for order and errors.
+
+        Members that read local files (their answer is a
+        :class:`~gateway.cdxops.LocalScan`) are started at once in the calling
+        task, as eager tasks would be: a member that finishes without waiting
+        costs no task and no timer. One that has to wait (a checkpoint of a
+        long scan) goes on in a task under the same deadline as the others.
+        """
         selected = self.select(query)
         if len(selected) == 1:
             return await self._lookup_one(selected[0][1], query)
         results: dict[int, list[CdxRecord]] = {}
         errors: dict[str, str] = {}
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
 
-        async def run(position: int, member: IndexSource) -> None:
+        async def run(position: int, member: IndexSource, work: Awaitable[list[CdxRecord]]) -> None:
             try:
-                results[position] = await self._collect(member, query)
-            except SourceError as exc:
-                errors[member.name] = exc.reason
+                async with asyncio.timeout_at(deadline):
+                    results[position] = await work
+            except (TimeoutError, SourceError) as exc:
+                errors[member.name] = self._fail(member, exc).reason
 
-        async with asyncio.TaskGroup() as group:
-            for position, member in selected:
-                group.create_task(run(position, member))
+        pending: list[tuple[int, IndexSource, Awaitable[list[CdxRecord]]]] = []
+        for position, member in selected:
+            try:
+                self.breakers[member.name].check(member.name)
+            except SourceSkipped as exc:
+                errors[member.name] = exc.reason
+                continue
+            records = member.lookup(query)
+            collect = self._collect(member, records, query)
+            if not isinstance(records, cdxops.LocalScan):
+                pending.append((position, member, collect))
+                continue
+            try:
+                waiting_on = collect.send(None)
+            except StopIteration as done:
+                results[position] = done.value
+            except SourceError as exc:
+                errors[member.name] = self._fail(member, exc).reason
+            else:  # a local scan's checkpoint: the rest goes on in a task
+                pending.append((position, member, Resumed(collect, waiting_on)))
+        if pending:
+            async with asyncio.TaskGroup() as group:
+                for position, member, work in pending:
+                    group.create_task(run(position, member, work))
         outcomes = {
             member.name: errors.get(member.name) or _ok(len(results[position]))
             for position, member in selected
@@ -196,7 +244,7 @@ class IndexGroup:
         merged = iter(_merge(results, query))
         first = next(merged, None)
         failed_all = bool(selected) and len(errors) == len(selected)
-        return Lookup(cdxops.from_iterable(merged), errors, failed_all, first, outcomes)
+        return Lookup(cdxops.RecordList(merged), errors, failed_all, first, outcomes)
 
     def _fail(self, member: IndexSource, exc: BaseException) -> SourceError:
         breaker = self.breakers[member.name]
@@ -213,31 +261,35 @@ class IndexGroup:
         breaker.record_failure(exc.reason, retry_after)
         return exc
 
-    async def _collect(self, member: IndexSource, query: CaptureQuery) -> list[CdxRecord]:
-        breaker = self.breakers[member.name]
-        breaker.check(member.name)
+    async def _collect(
+        self, member: IndexSource, records: AsyncIterator[CdxRecord], query: CaptureQuery
+    ) -> list[CdxRecord]:
+        """``records`` processed by the query (at most ``limit``); the caller sets the deadline."""
+        stream = cdxops.process(records, query, tag=member.name)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                stream = cdxops.process(_tag(member.lookup(query), member.name), query)
-                records = [record async for record in stream]
-        except (TimeoutError, SourceError) as exc:
-            raise self._fail(member, exc) from exc
-        breaker.record_success()
-        return records
+            collected = [record async for record in stream]
+        finally:
+            await stream.aclose()
+        self.breakers[member.name].record_success()
+        return collected
 
     async def _lookup_one(self, member: IndexSource, query: CaptureQuery) -> Lookup:
         breaker = self.breakers[member.name]
         try:
             breaker.check(member.name)
-            stream = cdxops.process(_tag(member.lookup(query), member.name), query)
-            async with asyncio.timeout(self.timeout_s):
-                first = await anext(stream, None)
+        except SourceSkipped as exc:
+            return _failed(member.name, exc.reason)
+        stream = cdxops.process(member.lookup(query), query, tag=member.name)
+        try:
+            first = await _first_within(stream, self.timeout_s)
         except (TimeoutError, SourceError) as exc:
-            error = self._fail(member, exc)
-            failure = {member.name: error.reason}
-            return Lookup(cdxops.from_iterable(()), failure, True, None, dict(failure))
+            await stream.aclose()
+            return _failed(member.name, self._fail(member, exc).reason)
+        except BaseException:
+            await stream.aclose()
+            raise
         breaker.record_success()
-        return Lookup(_guard_tail(stream, member.name), {}, False, first, {member.name: "ok"})
+        return Lookup(stream, {}, False, first, {member.name: "ok"}, streamed_from=member.name)
 
     def describe_members(self) -> list[tuple[str, str]]:
         return [(member.name, member.describe()) for member in self.members]
@@ -247,14 +299,23 @@ class IndexGroup:
             await member.aclose()
 
 
-async def _guard_tail(stream: AsyncIterator[CdxRecord], name: str) -> AsyncIterator[CdxRecord]:
-    """Stream the rest of a single member's answer; a failure after the first
-    record ends the stream early (the status line is already sent) and is logged."""
+async def _first_within(stream: AsyncIterator[CdxRecord], timeout_s: float) -> CdxRecord | None:
+    """The first record of ``stream`` within ``timeout_s`` seconds; None when it is empty.
+
+    Started eagerly (:func:`gateway.eager.run_within`): a local index has its
+    first record before it ever waits, and then no timer is armed. Raises
+    TimeoutError past the deadline, and what the stream raises.
+    """
+    step = cast("Coroutine[Any, Any, CdxRecord]", stream.__anext__())
     try:
-        async for record in stream:
-            yield record
-    except SourceError as exc:
-        logger.warning("source %s failed mid-stream: %s", name, exc.reason)
+        return await run_within(step, timeout_s)
+    except StopAsyncIteration:
+        return None
+
+
+def _failed(name: str, reason: str) -> Lookup:
+    failure = {name: reason}
+    return Lookup(cdxops.RecordList(), failure, True, None, dict(failure))
 
 
 def _ok(count: int) -> str:
@@ -347,7 +408,7 @@ class Collection:
                 "this is not an empty answer, retry later",
                 errors,
             )
-        return None, Lookup(cdxops.from_iterable(()), errors, outcomes=outcomes)
+        return None, Lookup(cdxops.RecordList(), errors, outcomes=outcomes)
 
     async def aclose(self) -> None:
         for step in self.steps:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
+import re
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -69,6 +70,36 @@ FIELD_ALIASES: Final[dict[str, str]] = {
 }
 
 
+#: A CDXJ block ``json.dumps`` writes back byte for byte: one or more string
+#: fields of printable ASCII without quotes or backslashes, in its spacing
+#: (``{"a": "b", "c": "d"}``), no key starting with ``_`` (hidden on output).
+#: (Positive character ranges: faster in ``re`` than the negated class.)
+_PLAIN_CHAR: Final = r"[ !#-\[\]-~]"
+_PLAIN_KEY: Final = r"[ !#-\[\]-^`-~]" + _PLAIN_CHAR + "*"
+_PLAIN_BLOCK: Final = re.compile(
+    rf'\{{"{_PLAIN_KEY}": "{_PLAIN_CHAR}*"(?:, "{_PLAIN_KEY}": "{_PLAIN_CHAR}*")*\}}'
+)
+
+
+#: Appended key sequences :func:`_source_suffix` writes.
+_TAG_KEYS: Final = (("source",), ("source-coll",), ("source", "source-coll"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_suffix(source: str | None, coll: str | None) -> str:
+    """``, "source": ..., "source-coll": ...}``: what closes a tagged plain block.
+
+    >>> _source_suffix("web:iana.cdxj", "web")
+    ', "source": "web:iana.cdxj", "source-coll": "web"}'
+    """
+    pieces = []
+    if source is not None:
+        pieces.append(f', "source": {json.dumps(source)}')
+    if coll is not None:
+        pieces.append(f', "source-coll": {json.dumps(coll)}')
+    return "".join(pieces) + "}"
+
+
 class CdxFormatError(ValueError):
     """A line is neither CDXJ nor a known legacy CDX layout."""
 
@@ -103,18 +134,106 @@ class CdxRecord:
     strings as pywb keeps them (an integer ``status`` is converted). Records
     order by ``(urlkey, timestamp)``; ties are broken by the aggregator, never
     by the text of the line.
+
+    A CDXJ block of plain string fields (what cdxj-indexer writes) is kept as
+    text and split into ``fields`` only when a field is read: a record that is
+    only merged, sorted by time and written out again is never decoded, and
+    :meth:`to_cdxj` writes the block back as read, with ``source`` and
+    ``source-coll`` (:meth:`set_source`) appended as ``json.dumps`` would.
     """
 
-    __slots__ = ("_raw", "fields", "timestamp", "urlkey")
+    __slots__ = ("_coll", "_fields", "_plain", "_raw", "_source", "timestamp", "urlkey")
 
     def __init__(self, urlkey: str, timestamp: str, fields: dict[str, str]) -> None:
         self.urlkey = urlkey
         self.timestamp = timestamp
-        self.fields = fields
+        self._fields: dict[str, str] | None = fields
+        #: The undecoded block (see :data:`_PLAIN_BLOCK`) while ``_fields`` is None.
+        self._plain: str | None = None
         #: The parsed JSON block's text, keys and values: :meth:`to_cdxj` reuses
         #: the text while those fields are unchanged (fields appended later,
         #: such as ``source``, are serialized and spliced in).
         self._raw: tuple[str, tuple[str, ...], tuple[str, ...]] | None = None
+        #: ``source`` and ``source-coll`` set while the block is undecoded.
+        self._source: str | None = None
+        self._coll: str | None = None
+
+    @classmethod
+    def _undecoded(cls, urlkey: str, timestamp: str, plain: str) -> CdxRecord:
+        record = cls.__new__(cls)
+        record.urlkey = urlkey
+        record.timestamp = timestamp
+        record._fields = None
+        record._plain = plain
+        record._raw = None
+        record._source = None
+        record._coll = None
+        return record
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """The JSON block as an ordered ``{name: value}`` mapping (decoded on first use)."""
+        fields = self._fields
+        if fields is None:
+            fields = self._decode()
+        return fields
+
+    @fields.setter
+    def fields(self, fields: dict[str, str]) -> None:
+        """Replace the whole block (tags included: ``fields`` is the record's truth)."""
+        self._fields = fields
+        self._plain = None
+        self._raw = None
+        self._source = None
+        self._coll = None
+
+    def _decode(self) -> dict[str, str]:
+        plain = self._plain
+        assert plain is not None
+        fields: dict[str, str] = {}
+        # Plain blocks hold no quotes inside keys or values: the separators are exact.
+        for item in plain[2:-2].split('", "'):
+            name, _, value = item.partition('": "')
+            fields[name] = value
+        self._raw = (plain, tuple(fields), tuple(fields.values()))
+        if self._source is not None:
+            fields["source"] = self._source
+        if self._coll is not None:
+            fields["source-coll"] = self._coll
+        self._fields = fields
+        self._plain = None
+        return fields
+
+    def set_source(self, source: str, coll: str | None = None) -> None:
+        """Set ``source`` (and ``source-coll`` when given), as pywb tags captures.
+
+        New fields are appended after the block's own; an existing one keeps
+        its place. The block is not decoded for this.
+        """
+        fields = self._fields
+        if fields is None:
+            self._source = source
+            if coll is not None:
+                self._coll = coll
+            return
+        fields["source"] = source
+        if coll is not None:
+            fields["source-coll"] = coll
+
+    def tag(self, name: str) -> None:
+        """Tag the capture as found through member ``name``, as pywb does.
+
+        ``source`` becomes ``name``, or ``name:sub`` when the source set a
+        sub-name (a directory member's file name); ``source-coll`` is ``name``.
+        """
+        if self._fields is None:
+            sub = self._source
+            self._source = f"{name}:{sub}" if sub else name
+            self._coll = name
+            return
+        sub = self._fields.get("source")
+        self._fields["source"] = f"{name}:{sub}" if sub else name
+        self._fields["source-coll"] = name
 
     # ------------------------------------------------------------------ parse
     @classmethod
@@ -138,6 +257,8 @@ class CdxRecord:
             raise CdxFormatError(f"not a CDX line (fewer than 3 fields): {text[:200]!r}")
         urlkey, timestamp, rest = parts
         if rest.startswith("{"):
+            if rest.isascii() and '"source' not in rest and _PLAIN_BLOCK.fullmatch(rest):
+                return cls._undecoded(urlkey, timestamp, rest)
             try:
                 block = json.loads(rest)
             except ValueError as exc:
@@ -212,7 +333,9 @@ class CdxRecord:
 
     @property
     def source(self) -> str:
-        return self.fields.get("source", "")
+        if self._fields is None:
+            return self._source or ""
+        return self._fields.get("source", "")
 
     @property
     def is_revisit(self) -> bool:
@@ -220,8 +343,14 @@ class CdxRecord:
         return self.fields.get("mime") == "warc/revisit" or self.fields.get("filename") == "-"
 
     def copy(self) -> CdxRecord:
-        duplicate = CdxRecord(self.urlkey, self.timestamp, dict(self.fields))
+        duplicate = CdxRecord.__new__(CdxRecord)
+        duplicate.urlkey = self.urlkey
+        duplicate.timestamp = self.timestamp
+        duplicate._fields = None if self._fields is None else dict(self._fields)
+        duplicate._plain = self._plain
         duplicate._raw = self._raw
+        duplicate._source = self._source
+        duplicate._coll = self._coll
         return duplicate
 
     def sort_key(self) -> tuple[str, str]:
@@ -234,11 +363,21 @@ class CdxRecord:
         With ``fields``, the JSON block holds only those present, in that order.
         A parsed ASCII block whose fields are unchanged is reused as written.
         """
+        if fields is None and self._fields is None:
+            return f"{self.urlkey} {self.timestamp} {self._plain_with_source()}\n"
         if fields is None and self._raw is not None:
             block = self._reuse_raw(*self._raw)
             if block is not None:
                 return f"{self.urlkey} {self.timestamp} {block}\n"
         return f"{self.urlkey} {self.timestamp} {json.dumps(self._block(fields))}\n"
+
+    def _plain_with_source(self) -> str:
+        """The undecoded block with ``source``/``source-coll`` appended (json.dumps spacing)."""
+        plain = self._plain
+        assert plain is not None
+        if self._source is None and self._coll is None:
+            return plain
+        return plain[:-1] + _source_suffix(self._source, self._coll)
 
     def _reuse_raw(self, text: str, keys: tuple[str, ...], values: tuple[str, ...]) -> str | None:
         """``text`` plus the fields appended since parsing, or None if any changed."""
@@ -258,6 +397,8 @@ class CdxRecord:
         }
         if not extra:
             return text
+        if count and tuple(extra) in _TAG_KEYS:  # the usual case: only the tags were added
+            return text[:-1] + _source_suffix(extra.get("source"), extra.get("source-coll"))
         appended = json.dumps(extra)
         return f"{text[:-1]}, {appended[1:]}" if count else appended
 

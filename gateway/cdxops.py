@@ -2,32 +2,29 @@
 
 :func:`process` applies a :class:`~gateway.query.CaptureQuery` to a stream
 sorted by (urlkey, timestamp): filters, then the from/to clamp, then one of
-closest-sort, reverse or plain limit, in pywb's order. Every function keeps
-at most ``limit`` records in memory (closest and reverse must look at the
-whole range; plain order streams).
+closest-sort, reverse or plain limit, in pywb's order, keeping at most
+``limit`` records in memory (closest and reverse must look at the whole
+range; plain order streams). :func:`merge_sorted` merges sorted streams;
+:class:`RecordList` serves records already in memory.
+
+Every stream here closes the streams it reads when it ends or is closed:
+an async generator left to the garbage collector costs a cross-thread
+wake-up of the event loop and a task to close it (asyncio's finalizer hook).
 """
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import functools
 import heapq
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable, Iterator, Sequence
 
 from gateway.cdxj import CdxRecord
-from gateway.query import CaptureQuery, CdxFilter
+from gateway.query import CaptureQuery
 
-__all__ = [
-    "apply_filters",
-    "clamp",
-    "limit",
-    "merge_sorted",
-    "process",
-    "reverse",
-    "sort_closest",
-    "timestamp_to_seconds",
-]
+__all__ = ["LocalScan", "RecordList", "merge_sorted", "process", "timestamp_to_seconds"]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -57,88 +54,135 @@ def timestamp_to_seconds(ts: str) -> int:
     return calendar.timegm((year, month, day, hour, minute, second))
 
 
-async def apply_filters(
-    records: AsyncIterator[CdxRecord], filters: Sequence[CdxFilter]
-) -> AsyncIterator[CdxRecord]:
-    """Yield records passing every filter (ANDed), in input order."""
-    async for record in records:
-        if all(check(record) for check in filters):
-            yield record
+def process(
+    records: AsyncIterator[CdxRecord], query: CaptureQuery, *, tag: str | None = None
+) -> AsyncGenerator[CdxRecord, None]:
+    """Apply the query's filters, time range, order and limit (pywb ``process_cdx``).
 
+    In pywb's order: filters (ANDed), then the inclusive ``from``/``to``
+    clamp, then one of
 
-async def clamp(
-    records: AsyncIterator[CdxRecord], from_ts: str | None, to_ts: str | None
-) -> AsyncIterator[CdxRecord]:
-    """Yield records with ``from_ts <= timestamp <= to_ts`` (14-digit, inclusive)."""
-    async for record in records:
-        ts = record.timestamp
-        if from_ts and ts < from_ts:
-            continue
-        if to_ts and ts > to_ts:
-            continue
-        yield record
+    - closest: up to ``limit`` records by distance in seconds to ``closest``;
+      equal distances keep input order (the earlier capture, or the member
+      listed first for identical timestamps), as pywb's ``bisect_right``;
+    - reverse: the last ``limit`` records, last first;
+    - otherwise the first ``limit`` records, streamed: reading stops there.
 
-
-async def limit(records: AsyncIterator[CdxRecord], count: int) -> AsyncIterator[CdxRecord]:
-    """Yield the first ``count`` records and stop reading the input."""
-    if count <= 0:
-        return
-    seen = 0
-    async for record in records:
-        yield record
-        seen += 1
-        if seen >= count:
-            break
-
-
-async def reverse(records: AsyncIterator[CdxRecord], count: int) -> AsyncIterator[CdxRecord]:
-    """Yield the last ``count`` records, newest (last in input order) first."""
-    if count <= 0:
-        return
-    tail: deque[CdxRecord] = deque(maxlen=count)
-    async for record in records:
-        tail.append(record)
-    while tail:
-        yield tail.pop()
-
-
-async def sort_closest(
-    records: AsyncIterator[CdxRecord], closest: str, count: int
-) -> AsyncIterator[CdxRecord]:
-    """Yield up to ``count`` records ordered by distance in seconds to ``closest``.
-
-    Equal distances keep input order (the earlier capture, or the member listed
-    first in the config for identical timestamps), as pywb's ``bisect_right``.
+    With ``tag`` every record is tagged first as pywb tags a member's
+    captures: ``source`` is ``tag`` (``tag:sub`` when the source set a
+    sub-name such as a directory member's file name), ``source-coll`` is
+    ``tag``. One generator does all of it, and it closes ``records`` when it
+    finishes, fails or is closed, so no generator is left to the garbage
+    collector.
     """
-    if count <= 0:
-        return
-    target = timestamp_to_seconds(closest)
-    # Max-heap of the best `count` by (distance, input position), as negated tuples.
+    return _process(records, query, tag)
+
+
+async def _process(
+    records: AsyncIterator[CdxRecord], query: CaptureQuery, tag: str | None
+) -> AsyncGenerator[CdxRecord, None]:
+    filters = query.filters
+    from_ts, to_ts = query.from_ts, query.to_ts
+    count = query.limit
+    closest = query.closest if query.sort == "closest" else None
+    reverse = query.sort == "reverse"
+    target = timestamp_to_seconds(closest) if closest else 0
+    # closest: max-heap of the best `count` by (distance, input position), negated.
     best: list[tuple[int, int, CdxRecord]] = []
-    position = 0
-    async for record in records:
-        distance = abs(timestamp_to_seconds(record.timestamp) - target)
-        item = (-distance, -position, record)
-        position += 1
-        if len(best) < count:
-            heapq.heappush(best, item)
-        elif item > best[0]:
-            heapq.heapreplace(best, item)
-    for _, _, record in sorted(best, key=lambda item: (-item[0], -item[1])):
-        yield record
+    tail: deque[CdxRecord] = deque(maxlen=max(count, 0))
+    position = 0  # input position of the next record taken for closest
+
+    def take(record: CdxRecord) -> bool:
+        """Tag, filter and clamp ``record``; True when it goes out at once (plain order)."""
+        nonlocal position
+        if tag is not None:
+            record.tag(tag)
+        if filters and not all(check(record) for check in filters):
+            return False
+        timestamp = record.timestamp
+        if (from_ts and timestamp < from_ts) or (to_ts and timestamp > to_ts):
+            return False
+        if closest:
+            item = (-abs(timestamp_to_seconds(timestamp) - target), -position, record)
+            position += 1
+            if len(best) < count:
+                heapq.heappush(best, item)
+            elif item > best[0]:
+                heapq.heapreplace(best, item)
+            return False
+        if reverse:
+            tail.append(record)
+            return False
+        return True
+
+    seen = 0
+    try:
+        if count <= 0:
+            return
+        if isinstance(records, LocalScan):
+            # Records of a local file: no await per record, only at checkpoints.
+            for record in records.scan:
+                if record is None:
+                    await asyncio.sleep(0)
+                elif take(record):
+                    yield record
+                    seen += 1
+                    if seen >= count:
+                        return
+        else:
+            async for record in records:
+                if take(record):
+                    yield record
+                    seen += 1
+                    if seen >= count:
+                        return
+        if closest:
+            for _, _, record in sorted(best, key=lambda item: (-item[0], -item[1])):
+                yield record
+        elif reverse:
+            while tail:
+                yield tail.pop()
+    finally:
+        close = getattr(records, "aclose", None)
+        if close is not None:
+            await close()
 
 
-def process(records: AsyncIterator[CdxRecord], query: CaptureQuery) -> AsyncIterator[CdxRecord]:
-    """Apply the query's filters, time range, order and limit (pywb ``process_cdx``)."""
-    if query.filters:
-        records = apply_filters(records, query.filters)
-    if query.from_ts or query.to_ts:
-        records = clamp(records, query.from_ts, query.to_ts)
-    if query.sort == "closest" and query.closest:
-        return sort_closest(records, query.closest, query.limit)
-    if query.sort == "reverse":
-        return reverse(records, query.limit)
-    return limit(records, query.limit)
+class LocalScan:
+    """The answer of a source that reads without waiting (a local file), as an
+    ``AsyncIterator[CdxRecord]`` over a plain generator.
+
+    ``scan`` yields records, and ``None`` where the event loop is due a turn
+    (after every 64 KiB read). Iterated as an async iterator it awaits
+    ``asyncio.sleep(0)`` at those points; :func:`process` iterates ``scan``
+    itself, with no await per record. ``aclose`` (or ``close``) closes the
+    generator, which releases what it holds in its ``finally``.
+    """
+
+    __slots__ = ("scan",)
+
+    def __init__(self, scan: Generator[CdxRecord | None, None, None]) -> None:
+        self.scan = scan
+
+    def __aiter__(self) -> LocalScan:
+        return self
+
+    async def __anext__(self) -> CdxRecord:
+        for record in self.scan:
+            if record is not None:
+                return record
+            try:
+                await asyncio.sleep(0)
+            except BaseException:  # cancelled at a checkpoint: release what the scan holds
+                self.scan.close()
+                raise
+        raise StopAsyncIteration
+
+    def close(self) -> None:
+        self.scan.close()
+
+    async def aclose(self) -> None:
+        self.scan.close()
 
 
 async def merge_sorted(
@@ -173,7 +217,22 @@ async def merge_sorted(
             await stream.aclose()
 
 
-async def from_iterable(records: Iterable[CdxRecord]) -> AsyncIterator[CdxRecord]:
-    """An async iterator over an in-memory sequence of records."""
-    for record in records:
-        yield record
+class RecordList:
+    """An async iterator over records in memory (a class, not a generator: nothing to finalize)."""
+
+    __slots__ = ("_records",)
+
+    def __init__(self, records: Iterable[CdxRecord] = ()) -> None:
+        self._records: Iterator[CdxRecord] = iter(records)
+
+    def __aiter__(self) -> RecordList:
+        return self
+
+    async def __anext__(self) -> CdxRecord:
+        record = next(self._records, None)
+        if record is None:
+            raise StopAsyncIteration
+        return record
+
+    async def aclose(self) -> None:
+        self._records = iter(())

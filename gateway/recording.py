@@ -84,8 +84,7 @@ class Recorder:
         capture = await store.recent_capture(url, max_age_days=self.skip_if_updated_days)
         if capture is None:
             return None
-        capture.fields["source"] = STORE_MEMBER
-        capture.fields["source-coll"] = STORE_MEMBER
+        capture.set_source(STORE_MEMBER, STORE_MEMBER)
         loader: ResourceLoader = self._store_source.resource_loaders()[0]
         return await loader.load(capture, ctx)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gateway.cdxj import CdxFormatError, CdxRecord
@@ -68,3 +70,66 @@ def test_reused_text_tracks_changes() -> None:
     assert spaced.to_cdxj() == 'com,a)/ 2014 {"url": "http://a.com/"}\n'
     unicode = CdxRecord.parse('com,a)/ 2014 {"url": "http://a.com/é"}')
     assert unicode.to_cdxj() == 'com,a)/ 2014 {"url": "http://a.com/\\u00e9"}\n'
+
+
+@pytest.mark.parametrize(
+    ("block", "plain"),
+    [
+        ('{"a": "b"}', True),
+        ('{"a": "b", "c": ""}', True),
+        ('{"_a": "b"}', False),  # hidden keys: decoded, left out of the output
+        ('{"a": "b\\"c"}', False),  # escapes
+        ('{"a": 1}', False),  # not a string
+        ('{"a": "b\x01"}', False),  # a control character: invalid JSON
+        ('{"a": "é"}', False),  # json.dumps escapes non-ASCII
+        ('{"a":"b"}', False),  # other spacing
+        ('{"source": "x"}', False),  # replaced by the aggregator's tag
+        ("{}", False),
+    ],
+)
+def test_plain_blocks_are_kept_as_text_until_a_field_is_read(block: str, plain: bool) -> None:
+    line = f"com,a)/ 20140101000000 {block}"
+    try:
+        record = CdxRecord.parse(line)
+    except CdxFormatError:
+        assert not plain
+        return
+    assert (record._fields is None) == plain
+    # The same answers either way, as json.loads/json.dumps would give.
+    decoded = CdxRecord.parse(line)
+    assert decoded.fields == {
+        k: v if isinstance(v, str) else json.dumps(v) for k, v in json.loads(block).items()
+    }
+    decoded.tag("web")
+    record.tag("web")
+    assert record.to_cdxj() == decoded.to_cdxj()
+    assert record.fields == decoded.fields
+
+
+def test_tags_on_an_undecoded_record_match_pywb() -> None:
+    record = CdxRecord.parse(LINE)
+    record.set_source("iana.cdxj")  # what a directory source sets
+    record.tag("pywb")
+    assert record.source == "pywb:iana.cdxj"
+    assert record.to_cdxj() == (
+        LINE[:-1] + ', "source": "pywb:iana.cdxj", "source-coll": "pywb"}\n'
+    )
+    copy = record.copy()
+    assert copy.fields["source-coll"] == "pywb"  # decoded with its tags
+    copy.fields["mime"] = "text/plain"
+    assert '"mime": "text/html"' in record.to_cdxj()  # the copy is independent
+    assert record.to_cdxj() == json_line(record)
+
+
+def json_line(record: CdxRecord) -> str:
+    """What pywb writes: json.dumps of the decoded block."""
+    return f"{record.urlkey} {record.timestamp} {json.dumps(record.fields)}\n"
+
+
+def test_fields_can_be_replaced_whole() -> None:
+    record = CdxRecord.parse(LINE)
+    record.tag("pywb")
+    record.fields |= {"mime": "text/plain"}  # decodes (tags included), then replaces
+    assert record.fields["mime"] == "text/plain"
+    assert record.fields["source-coll"] == "pywb"
+    assert '"mime": "text/plain"' in record.to_cdxj()

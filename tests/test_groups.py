@@ -133,6 +133,24 @@ async def test_hanging_member_answers_within_timeout_and_is_cancelled(
     await asyncio.wait_for(state.cancelled.wait(), TIMEOUT_S * MARGIN)
 
 
+async def test_a_lone_hanging_source_times_out_and_is_cancelled(
+    make_client: MakeClient, upstream: tuple[Upstream, str]
+) -> None:
+    # One member streams its answer: the deadline covers its first record, and
+    # the timer is armed only once the source has to wait (aggregate._first_within).
+    state, url = upstream
+    client = await make_client(
+        f"collections:\n  g:\n    index: cdx+{url}\n    timeout: {TIMEOUT_S}\n"
+    )
+    started = time.monotonic()
+    resp = await client.get("/g/index", params={"url": "iana.org"})
+    assert time.monotonic() - started < TIMEOUT_S * MARGIN
+    assert resp.status == 503
+    body = await resp.json()
+    assert body["errors"] == {"g": f"timeout after {TIMEOUT_S:g} s"}
+    await asyncio.wait_for(state.cancelled.wait(), TIMEOUT_S * MARGIN)
+
+
 async def test_member_that_never_answers_times_out(
     make_client: MakeClient, sample_dir: Path, silent_port: int
 ) -> None:
@@ -262,3 +280,59 @@ async def test_a_hanging_record_load_is_cut_off_by_load_timeout(
     reasons = list((await resp.json())["errors"].values())
     assert any(reason.startswith(f"load timeout after {TIMEOUT_S:g} s") for reason in reasons)
     await asyncio.wait_for(cancelled.wait(), TIMEOUT_S * MARGIN)
+
+
+def _long_index(path: Path, lines: int = 12_000) -> Path:
+    """A sorted CDXJ of ``lines`` captures of example.com pages (~1.3 MB: a scan of
+    the whole domain passes many 64 KiB checkpoints)."""
+    out = [
+        f'com,example)/p{i:05d} 20140101000000 {{"url": "http://example.com/p{i:05d}", '
+        f'"mime": "text/html", "status": "200", "length": "100", "offset": "{i * 100}", '
+        f'"filename": "big.warc.gz"}}'
+        for i in range(lines)
+    ]
+    path.write_text("\n".join(out) + "\n", "utf-8")
+    return path
+
+
+async def test_local_members_that_must_wait_go_on_in_tasks(
+    make_client: MakeClient, sample_dir: Path, tmp_path: Path
+) -> None:
+    # Local members start in the request's task; one whose scan reaches a
+    # checkpoint goes on in a task of the group, and every capture arrives.
+    big = _long_index(tmp_path / "big.cdxj")
+    client = await make_client(
+        f"collections:\n  g:\n    index_group:\n      big: {big}\n"
+        f"      also: {big}\n      iana: {sample_dir}/cdxj/iana.cdxj\n"
+    )
+    resp = await client.get("/g/index", params={"url": "example.com", "matchType": "domain"})
+    assert resp.status == 200
+    lines = (await resp.text()).splitlines()
+    assert len(lines) == 2 * 12_000
+    # ascending by (urlkey, timestamp), ties to the member listed first
+    sources = [json.loads(line.split(" ", 2)[2])["source"] for line in lines[:4]]
+    assert sources == ["big", "also", "big", "also"]
+    outcomes = json.loads(resp.headers["Warcserver-Source-Outcomes"])
+    assert outcomes == {
+        "big": "ok: 12000 captures",
+        "also": "ok: 12000 captures",
+        "iana": "ok: 0 captures",
+    }
+
+
+async def test_a_long_local_scan_past_the_deadline_times_out(
+    make_client: MakeClient, sample_dir: Path, tmp_path: Path
+) -> None:
+    # The deadline holds for local members too: the long scan is cut off at a
+    # checkpoint, the short one finishes without ever waiting.
+    big = _long_index(tmp_path / "big.cdxj", lines=60_000)
+    client = await make_client(
+        f"collections:\n  g:\n    index_group:\n      big: {big}\n"
+        f"      iana: {sample_dir}/cdxj/iana.cdxj\n    timeout: 0.001\n"
+    )
+    resp = await client.get("/g/index", params={"url": "*.com"})
+    assert resp.status == 200
+    assert await resp.text() == ""
+    assert json.loads(resp.headers["ResErrors"]) == {"big": "timeout after 0.001 s"}
+    outcomes = json.loads(resp.headers["Warcserver-Source-Outcomes"])
+    assert outcomes == {"big": "timeout after 0.001 s", "iana": "ok: 0 captures"}

@@ -266,7 +266,7 @@ class RedisIndexSource:
                         self.name, f"{self._where} {_key_label(key)}: {exc}"
                     ) from exc
                 if source is not None:
-                    record.fields["source"] = source
+                    record.set_source(source)
                 yield record
             if len(page) < self.config.page_size:
                 return
