@@ -7,11 +7,12 @@ Accept-Datetime and Memento-Datetime) appear only at the edge.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import format_datetime, parsedate_to_datetime
+from email.utils import parsedate_to_datetime
 from urllib.parse import quote
 
 __all__ = [
@@ -35,14 +36,51 @@ __all__ = [
 ]
 
 
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_ISO_SEPARATORS = ("-", "-", "T", ":", ":")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+@functools.lru_cache(maxsize=4096)
 def timestamp_to_http_date(ts: str) -> str:
-    """14-digit timestamp -> RFC 7231 HTTP date.
+    """14-digit timestamp -> RFC 7231 HTTP date (IMF-fixdate).
+
+    Parsed as ``datetime.strptime(ts[:14], "%Y%m%d%H%M%S")`` would (which also
+    takes some shorter, odd forms) and formatted as
+    ``email.utils.format_datetime(dt, usegmt=True)`` would; results are cached
+    (one call per served record). Raises ValueError when ``ts`` is no date.
 
     >>> timestamp_to_http_date("20140126200624")
     'Sun, 26 Jan 2014 20:06:24 GMT'
+    >>> timestamp_to_http_date("20000229235959999")
+    'Tue, 29 Feb 2000 23:59:59 GMT'
+    >>> timestamp_to_http_date("20140230000000")
+    Traceback (most recent call last):
+    ...
+    ValueError: day is out of range for month
     """
-    dt = datetime.strptime(ts[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
-    return format_datetime(dt, usegmt=True)
+    digits = ts[:14]
+    dt: datetime | None = None
+    if len(digits) == 14 and digits.isascii() and digits.isdigit():
+        # The common case, without _strptime: with every field two digits and in
+        # range, strptime's regex takes exactly this split.
+        try:
+            dt = datetime(
+                int(digits[0:4]),
+                int(digits[4:6]),
+                int(digits[6:8]),
+                int(digits[8:10]),
+                int(digits[10:12]),
+                int(digits[12:14]),
+            )
+        except ValueError:
+            dt = None
+    if dt is None:
+        dt = datetime.strptime(digits, "%Y%m%d%H%M%S")
+    return (
+        f"{_WEEKDAYS[dt.weekday()]}, {dt.day:02d} {_MONTHS[dt.month - 1]} {dt.year:04d} "
+        f"{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d} GMT"
+    )
 
 
 def timestamp_to_iso(ts: str) -> str:
@@ -57,11 +95,20 @@ def timestamp_to_iso(ts: str) -> str:
 def iso_to_timestamp(iso: str) -> str:
     """WARC-Date (``2014-01-26T20:06:24Z``, fractions allowed) -> 14-digit timestamp.
 
+    The digits before any ``.``, the first 14 of them (a value in the usual
+    ``YYYY-MM-DDThh:mm:ss`` form is sliced directly).
+
     >>> iso_to_timestamp("2014-01-26T20:06:24.123456Z")
+    '20140126200624'
+    >>> iso_to_timestamp("2014-01-26 20:06:24")
     '20140126200624'
 
     Raises ValueError when the value has fewer than 14 digits.
     """
+    if len(iso) >= 19 and (iso[4], iso[7], iso[10], iso[13], iso[16]) == _ISO_SEPARATORS:
+        digits = iso[0:4] + iso[5:7] + iso[8:10] + iso[11:13] + iso[14:16] + iso[17:19]
+        if digits.isascii() and digits.isdigit():
+            return digits
     digits = "".join(ch for ch in iso.split(".")[0] if ch.isdigit())
     if len(digits) < 14:
         raise ValueError(f"not a WARC-Date: {iso!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Final
 
@@ -11,8 +12,18 @@ from aiohttp import web
 from gateway.aggregate import Collection
 from gateway.errors import NotFound
 from gateway.keys import COLLECTIONS
+from gateway.query import CaptureQuery, parse_query
 
-__all__ = ["ERRORS_HEADER", "collection_for", "errors_header_value", "query_params"]
+__all__ = [
+    "ERRORS_HEADER",
+    "capture_query",
+    "client_left",
+    "collection_for",
+    "errors_header_value",
+    "query_params",
+]
+
+logger = logging.getLogger(__name__)
 
 #: Response header carrying per-source and per-capture failures on a partial
 #: success, as a JSON object ``{name: reason}`` (pywb warcserver's name).
@@ -42,6 +53,45 @@ def query_params(request: web.Request) -> dict[str, list[str]]:
     for key, value in request.query.items():
         params.setdefault(key, []).append(value)
     return params
+
+
+#: Parsed queries by raw query string (see :func:`capture_query`).
+_PARSED: dict[str, CaptureQuery] = {}
+_PARSED_MAX: Final = 4096
+
+
+def capture_query(request: web.Request) -> CaptureQuery:
+    """The request's Index/Resource API parameters as a :class:`CaptureQuery`.
+
+    Parsing is a pure function of the query string (``closest=now`` aside),
+    and a :class:`CaptureQuery` is immutable, so the result is memoized by the
+    raw query string (the oldest of :data:`_PARSED_MAX` entries goes first):
+    replay clients ask for the same lookups again and again. Raises
+    :class:`~gateway.errors.BadRequest` (400) as :func:`parse_query` does;
+    failures are not memoized.
+    """
+    raw = request.rel_url.raw_query_string
+    query = _PARSED.get(raw)
+    if query is not None:
+        return query
+    params = query_params(request)
+    query = parse_query(params)
+    if params.get("closest") != ["now"]:
+        if len(_PARSED) >= _PARSED_MAX:
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[raw] = query
+    return query
+
+
+def client_left(request: web.Request) -> None:
+    """Note at DEBUG level that the client closed the connection mid-answer.
+
+    A streaming handler catches the ``ConnectionResetError`` of its writes,
+    calls this and returns its prepared response: aiohttp then ends the
+    exchange quietly instead of logging a traceback at ERROR for a client
+    that merely went away.
+    """
+    logger.debug("client left during %s %s", request.method, request.path_qs)
 
 
 def errors_header_value(errors: Mapping[str, str]) -> str:

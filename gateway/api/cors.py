@@ -44,6 +44,7 @@ EXPOSE_HEADERS: Final = (
     "Warcserver-Step",
     "WARC-Target-URI",
 )
+_EXPOSE_VALUE: Final = ", ".join(EXPOSE_HEADERS)
 #: How long a browser may cache a preflight answer (seconds).
 MAX_AGE_S: Final = 86400
 #: Request headers allowed when a preflight does not name any.
@@ -55,7 +56,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def _add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
     """``on_response_prepare`` hook: CORS headers on every response."""
     response.headers["Access-Control-Allow-Origin"] = "*"
-    response.headers["Access-Control-Expose-Headers"] = ", ".join(EXPOSE_HEADERS)
+    response.headers["Access-Control-Expose-Headers"] = _EXPOSE_VALUE
 
 
 @web.middleware

@@ -11,7 +11,8 @@ text       text/plain                space-separated values, ``-`` for missing
 link       application/link-format   ``<url>; rel="memento"; datetime=...``
 =========  ========================  ==========================================
 
-Lines stream as they are produced. An empty answer is a 200 with an empty
+Answers under 64 KiB go out in one piece, longer ones stream as they are
+produced. An empty answer is a 200 with an empty
 body; when every source failed the answer is a 503 (see
 :meth:`gateway.aggregate.Collection.lookup`); failures of some sources on a
 partial success are listed in the ``ResErrors`` header.
@@ -19,15 +20,18 @@ partial success are listed in the ``ResErrors`` header.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Final
 
 from aiohttp import web
 
+from gateway.aggregate import Collection
 from gateway.api.common import (
     ERRORS_HEADER,
     OUTCOMES_HEADER,
     STEP_HEADER,
+    capture_query,
+    client_left,
     collection_for,
     errors_header_value,
     query_params,
@@ -37,9 +41,9 @@ from gateway.ia_cdx import CONTENT_TYPES as IA_CONTENT_TYPES
 from gateway.ia_cdx import count_pages, ia_lookup, serialize_ia
 from gateway.ia_query import parse_ia_query
 from gateway.memento import link_value, timestamp_to_http_date
-from gateway.query import CaptureQuery, Output, parse_query
+from gateway.query import CaptureQuery, Output
 
-__all__ = ["CONTENT_TYPES", "ia_cdx_handler", "index_handler", "serialize"]
+__all__ = ["CONTENT_TYPES", "ia_cdx_handler", "index_handler", "line_renderer", "send_index"]
 
 CONTENT_TYPES: Final[dict[Output, str]] = {
     "cdxj": "text/x-cdxj",
@@ -58,65 +62,86 @@ def _memento_line(record: CdxRecord) -> str:
     )
 
 
-async def serialize(records: AsyncIterator[CdxRecord], query: CaptureQuery) -> AsyncIterator[str]:
-    """Yield the text lines (newline included) of ``records`` in ``query.output`` form.
+def line_renderer(query: CaptureQuery) -> tuple[Callable[[CdxRecord], str], str, str]:
+    """``(render, separator, terminator)`` of ``query.output`` (pywb ``handlers.py``).
 
-    ``link`` separates memento links with ``,\\n`` and ends the last with ``\\n``,
-    as pywb's ``MementoUtils.make_timemap``.
+    ``render`` gives one record's text; lines are joined by ``separator`` and
+    a non-empty answer ends with ``terminator``: ``link`` separates memento
+    links with ``,\\n`` and ends the last with ``\\n`` (pywb's
+    ``MementoUtils.make_timemap``); the other outputs end every line with
+    ``\\n`` themselves.
     """
     fields = query.fields
     if query.output == "link":
-        previous: CdxRecord | None = None
-        async for record in records:
-            if previous is not None:
-                yield _memento_line(previous) + ",\n"
-            previous = record
-        if previous is not None:
-            yield _memento_line(previous) + "\n"
-        return
-    render: Callable[[CdxRecord], str]
+        return _memento_line, ",\n", "\n"
     if query.output == "json":
-        render = lambda record: record.to_json(fields)  # noqa: E731
-    elif query.output == "text":
-        render = lambda record: record.to_text(fields)  # noqa: E731
-    else:
-        render = lambda record: record.to_cdxj(fields)  # noqa: E731
-    async for record in records:
-        yield render(record)
+        return (lambda record: record.to_json(fields)), "", ""
+    if query.output == "text":
+        return (lambda record: record.to_text(fields)), "", ""
+    if fields is None:
+        return CdxRecord.to_cdxj, "", ""
+    return (lambda record: record.to_cdxj(fields)), "", ""
+
+
+async def send_index(
+    request: web.Request, collection: Collection, query: CaptureQuery
+) -> web.StreamResponse:
+    """The Index API answer for ``query``: 200 with the captures (see module docstring).
+
+    An answer shorter than 64 KiB goes out as one response with a
+    ``Content-Length`` (one write to the socket); a longer one streams in
+    pieces of about 64 KiB. Raises what :meth:`Collection.lookup` raises
+    (:class:`~gateway.errors.AllSourcesFailed`: 503) before anything is sent.
+    """
+    step, answer = await collection.lookup(query)
+    headers = {"Content-Type": CONTENT_TYPES[query.output]}
+    if answer.errors:
+        headers[ERRORS_HEADER] = errors_header_value(answer.errors)
+    if answer.outcomes:
+        headers[OUTCOMES_HEADER] = errors_header_value(answer.outcomes)
+    if step is not None and collection.is_sequence:
+        headers[STEP_HEADER] = step.name
+    render, separator, terminator = line_renderer(query)
+    pieces: list[str] = []
+    size = 0
+    response: web.StreamResponse | None = None
+    try:
+        async for record in answer:
+            text = render(record)
+            pieces.append(text)
+            size += len(text)
+            if size < _FLUSH_BYTES:
+                continue
+            chunk = separator.join(pieces)
+            if response is None:
+                response = web.StreamResponse(headers=headers)
+                await response.prepare(request)
+            else:
+                chunk = separator + chunk
+            await response.write(chunk.encode("utf-8"))
+            pieces, size = [], 0
+        tail = separator.join(pieces)
+        if response is None:
+            body = tail + terminator if pieces else ""
+            return web.Response(body=body.encode("utf-8"), headers=headers)
+        if pieces:
+            tail = separator + tail
+        await response.write_eof((tail + terminator).encode("utf-8"))
+    except ConnectionResetError:
+        client_left(request)
+    finally:
+        await answer.aclose()
+    assert response is not None
+    return response
 
 
 async def index_handler(request: web.Request) -> web.StreamResponse:
     """``GET /{coll}/index?url=...``: captures as CDXJ/NDJSON/text/link-format.
 
     400 (JSON naming the parameter) on bad input; 404 for an unknown
-    collection; 503 when every source failed; otherwise 200, streamed.
+    collection; 503 when every source failed; otherwise 200 (:func:`send_index`).
     """
-    collection = collection_for(request)
-    query = parse_query(query_params(request))
-    step, answer = await collection.lookup(query)
-    response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPES[query.output]})
-    if answer.errors:
-        response.headers[ERRORS_HEADER] = errors_header_value(answer.errors)
-    if answer.outcomes:
-        response.headers[OUTCOMES_HEADER] = errors_header_value(answer.outcomes)
-    if step is not None and collection.is_sequence:
-        response.headers[STEP_HEADER] = step.name
-    await response.prepare(request)
-    buffer: list[str] = []
-    size = 0
-    try:
-        async for line in serialize(aiter(answer), query):
-            buffer.append(line)
-            size += len(line)
-            if size >= _FLUSH_BYTES:
-                await response.write("".join(buffer).encode("utf-8"))
-                buffer, size = [], 0
-        if buffer:
-            await response.write("".join(buffer).encode("utf-8"))
-    finally:
-        await answer.aclose()
-    await response.write_eof()
-    return response
+    return await send_index(request, collection_for(request), capture_query(request))
 
 
 async def ia_cdx_handler(request: web.Request) -> web.StreamResponse:
@@ -144,18 +169,18 @@ async def ia_cdx_handler(request: web.Request) -> web.StreamResponse:
         response.headers[STEP_HEADER] = answer.step.name
     await response.prepare(request)
     if query.show_num_pages:
-        await response.write(f"{pages}\n".encode())
-        await response.write_eof()
+        await response.write_eof(f"{pages}\n".encode())
         return response
     buffer: list[str] = []
     size = 0
-    async for piece in serialize_ia(answer, query):
-        buffer.append(piece)
-        size += len(piece)
-        if size >= _FLUSH_BYTES:
-            await response.write("".join(buffer).encode("utf-8"))
-            buffer, size = [], 0
-    if buffer:
-        await response.write("".join(buffer).encode("utf-8"))
-    await response.write_eof()
+    try:
+        async for piece in serialize_ia(answer, query):
+            buffer.append(piece)
+            size += len(piece)
+            if size >= _FLUSH_BYTES:
+                await response.write("".join(buffer).encode("utf-8"))
+                buffer, size = [], 0
+        await response.write_eof("".join(buffer).encode("utf-8"))
+    except ConnectionResetError:
+        client_left(request)
     return response

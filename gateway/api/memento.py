@@ -52,7 +52,7 @@ from typing import Final
 from aiohttp import web
 
 from gateway.aggregate import Collection, Lookup
-from gateway.api.common import ERRORS_HEADER, collection_for, errors_header_value
+from gateway.api.common import ERRORS_HEADER, client_left, collection_for, errors_header_value
 from gateway.api.replay import archived_response, replay_headers, unframe
 from gateway.api.resource import find_record
 from gateway.cdxj import CdxRecord
@@ -464,10 +464,13 @@ async def _send_memento(
         size = loaded.content_length - len(loaded.warc_headers) - len(loaded.http_headers)
         response.content_length = max(size, 0)
     await response.prepare(request)
-    if has_body and request.method != "HEAD":
-        async for chunk in body:
-            await response.write(chunk)
-    await response.write_eof()
+    try:
+        if has_body and request.method != "HEAD":
+            async for chunk in body:
+                await response.write(chunk)
+        await response.write_eof()
+    except ConnectionResetError:
+        client_left(request)
     return response
 
 

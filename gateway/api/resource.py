@@ -20,7 +20,6 @@ When nothing loads the answer is 404 with every failure in the JSON body
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from urllib.parse import quote
@@ -31,13 +30,14 @@ from gateway.aggregate import Collection, Step
 from gateway.api.common import (
     ERRORS_HEADER,
     STEP_HEADER,
+    capture_query,
     collection_for,
     errors_header_value,
     query_params,
 )
-from gateway.api.index import CONTENT_TYPES as INDEX_CONTENT_TYPES
-from gateway.api.index import serialize as serialize_index
+from gateway.api.index import send_index
 from gateway.cdxj import CdxRecord
+from gateway.eager import run_within
 from gateway.errors import AllSourcesFailed, BadRequest, LoadError, NotFound
 from gateway.loaders.base import LoadContext, LoadedRecord, WrappedRequest
 from gateway.memento import iso_to_timestamp, link_value, timestamp_to_http_date
@@ -150,8 +150,8 @@ async def _load_capture(
             continue
         accepted = True
         try:
-            async with asyncio.timeout(step.load_timeout_s):
-                return await loader.load(capture, ctx)
+            # Started eagerly: a local record loads without a timer being armed.
+            return await run_within(loader.load(capture, ctx), step.load_timeout_s)
         except LoadError as exc:
             errors[_capture_name(capture)] = exc.message
         except TimeoutError:
@@ -207,15 +207,60 @@ def record_headers(step: Step, loaded: LoadedRecord, errors: dict[str, str]) -> 
 async def send_record(
     request: web.Request, step: Step, loaded: LoadedRecord, errors: dict[str, str]
 ) -> web.StreamResponse:
-    """Stream ``loaded`` as the response (headers only for HEAD); always closes it."""
+    """Send ``loaded`` as the response (headers only for HEAD); always closes it.
+
+    A record whose body is in memory already (:meth:`LoadedRecord.body_in_memory`:
+    a record read and inflated at once) under 64 KiB is answered with one
+    ``web.Response``, so headers and record leave in one socket write; a
+    larger one goes out in two writes after the headers, without copying it.
+    Otherwise the record streams: pieces are joined while they stay under
+    64 KiB (the header blocks travel with a small first chunk), and the last
+    piece goes with the end of the response. A body that fails part way
+    (:class:`~gateway.errors.RecordFormatError` on a truncated record)
+    propagates, so aiohttp aborts the connection instead of ending a short
+    response cleanly. HEAD sends the GET answer's headers, ``Content-Length``
+    included.
+    """
     try:
-        response = web.StreamResponse(headers=record_headers(step, loaded, errors))
+        headers = record_headers(step, loaded, errors)
+        whole = loaded.body_in_memory()
+        head = loaded.warc_headers + loaded.http_headers
+        if whole is not None and len(whole) < 64 * 1024:
+            if request.method == "HEAD":
+                return web.Response(headers=headers)
+            return web.Response(body=b"".join((head, whole)), headers=headers)
+        response = web.StreamResponse(headers=headers)
         await response.prepare(request)
-        if request.method != "HEAD":
-            await response.write(loaded.warc_headers + loaded.http_headers)
+        if request.method == "HEAD":
+            await response.write_eof()
+            return response
+        if whole is not None:
+            await response.write(head)
+            await response.write(whole)
+            await response.write_eof()
+            return response
+        pending = head
+        try:
             async for chunk in loaded.body:
-                await response.write(chunk)
-        await response.write_eof()
+                if len(pending) + len(chunk) <= 64 * 1024:
+                    pending += chunk
+                else:
+                    await response.write(pending)
+                    pending = chunk
+        except LoadError as exc:
+            # The status line is out: no error answer is possible any more (the
+            # error middleware's would land inside this body). Close the
+            # connection, so the client sees a short body, not a complete one.
+            logger.error(
+                "%s %s: record failed after the answer started, closing the connection: %s",
+                request.method,
+                request.path_qs,
+                exc,
+            )
+            if request.transport is not None:
+                request.transport.close()
+            return response
+        await response.write_eof(pending)
         return response
     finally:
         await loaded.aclose()
@@ -224,8 +269,7 @@ async def send_record(
 async def resource_handler(request: web.Request) -> web.StreamResponse:
     """``GET|HEAD /{coll}/resource?url=...``: the first capture that loads, as a WARC record."""
     collection = collection_for(request)
-    query = parse_query(query_params(request))
-    step, loaded, errors = await find_record(collection, query)
+    step, loaded, errors = await find_record(collection, capture_query(request))
     return await send_record(request, step, loaded, errors)
 
 
@@ -286,23 +330,6 @@ async def _direct_query(request: web.Request) -> tuple[CaptureQuery, WrappedRequ
     return _method_keyed(query, wrapped), wrapped
 
 
-async def _send_index(
-    request: web.Request, collection: Collection, query: CaptureQuery
-) -> web.StreamResponse:
-    """The Index API answer for ``query`` (as ``GET /{coll}/index``)."""
-    step, answer = await collection.lookup(query)
-    response = web.StreamResponse(headers={"Content-Type": INDEX_CONTENT_TYPES[query.output]})
-    if answer.errors:
-        response.headers[ERRORS_HEADER] = errors_header_value(answer.errors)
-    if step is not None and collection.is_sequence:
-        response.headers[STEP_HEADER] = step.name
-    await response.prepare(request)
-    async for line in serialize_index(aiter(answer), query):
-        await response.write(line.encode("utf-8"))
-    await response.write_eof()
-    return response
-
-
 async def postreq_resource_handler(request: web.Request) -> web.StreamResponse:
     """``POST /{coll}/resource/postreq`` (also ``/postreq/resource``, ``/resource-post``).
 
@@ -322,7 +349,7 @@ async def postreq_index_handler(request: web.Request) -> web.StreamResponse:
     for the wrapped request's lookup key."""
     collection = collection_for(request)
     query, _wrapped = await _wrapped_query(request)
-    return await _send_index(request, collection, query)
+    return await send_index(request, collection, query)
 
 
 async def post_resource_handler(request: web.Request) -> web.StreamResponse:
@@ -337,7 +364,7 @@ async def post_index_handler(request: web.Request) -> web.StreamResponse:
     """``POST /{coll}/index?url=...``: index lines for the POST's own lookup key."""
     collection = collection_for(request)
     query, _wrapped = await _direct_query(request)
-    return await _send_index(request, collection, query)
+    return await send_index(request, collection, query)
 
 
 def add_post_routes(router: web.UrlDispatcher) -> None:

@@ -49,7 +49,8 @@ class LoadedRecord:
     ``warc_headers + http_headers + body`` when known (the HTTP
     ``Content-Length`` of the Resource API answer), else None.
     ``close`` releases the file or connection behind ``body``; the API always
-    calls it, also when the client goes away.
+    calls it, also when the client goes away. A ``body`` iterator that holds
+    all of its bytes in memory already may say so (see :meth:`body_in_memory`).
     """
 
     capture: CdxRecord
@@ -61,6 +62,20 @@ class LoadedRecord:
     #: WARC-Date of the served record (ISO 8601, as in the record).
     warc_date: str
     close: Callable[[], Awaitable[None]] | None = None
+
+    def body_in_memory(self) -> bytes | memoryview | None:
+        """Everything ``body`` would yield, joined, if it is in memory already.
+
+        That is the ``whole`` attribute of the body iterator when it has one
+        that is not None (a :class:`~gateway.loaders.warc_reader.RecordBody`
+        of a record read and inflated at once: a view of the inflated bytes,
+        not a copy), else None: the body streams. The Resource API then sends
+        the answer in one piece without iterating ``body``. A wrapper that
+        replaces ``body`` (the recorder's tee) has no ``whole``, so what it
+        yields is what gets sent.
+        """
+        whole = getattr(self.body, "whole", None)
+        return whole if isinstance(whole, (bytes, memoryview)) else None
 
     async def aclose(self) -> None:
         if self.close is not None:

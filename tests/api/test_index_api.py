@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import shutil
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
+from gateway.app import create_app
+from gateway.config import parse_config
 from tests.api.conftest import MakeClient
 
 # pywb 2.10 warcserver, /pywb/index?url=iana.org over the same files (FIELD-NOTES).
@@ -225,3 +230,82 @@ async def test_sequence_falls_through_empty_steps(
     assert [json.loads(line)["source"] for line in (await resp.text()).splitlines()] == ["second"]
     resp = await client.get("/s/index", params={"url": "example.com/?example=1"})
     assert resp.headers["Warcserver-Step"] == "first"
+
+
+def _long_index(path: Path, lines: int) -> Path:
+    """``lines`` captures of example.com pages, sorted (~200 bytes of CDXJ each)."""
+    path.write_text(
+        "".join(
+            f'com,example)/p{i:06d} 20140101000000 {{"url": "http://example.com/p{i:06d}", '
+            f'"mime": "text/html", "status": "200", "digest": "D{i:06d}", "length": "100", '
+            f'"offset": "{i * 100}", "filename": "big.warc.gz"}}\n'
+            for i in range(lines)
+        ),
+        "utf-8",
+    )
+    return path
+
+
+@pytest.mark.parametrize("output", ["cdxj", "link"])
+async def test_long_answers_stream_and_short_ones_go_in_one_piece(
+    make_client: MakeClient, tmp_path: Path, output: str
+) -> None:
+    big = _long_index(tmp_path / "big.cdxj", 2_000)  # ~480 KB of answer: several pieces
+    client = await make_client(f"collections:\n  big:\n    index: {big}\n")
+    whole = await client.get(
+        "/big/index", params={"url": "example.com/", "matchType": "prefix", "output": output}
+    )
+    assert whole.status == 200
+    assert whole.headers.get("Transfer-Encoding") == "chunked"
+    text = await whole.text()
+    one = await client.get("/big/index", params={"url": "example.com/p000007", "output": output})
+    assert one.headers["Content-Length"] == str(len(await one.read()))
+    if output == "link":
+        # one link per capture, separated by ",\n" across piece boundaries, "\n" at the end
+        links = text.split(",\n")
+        assert len(links) == 2_000
+        assert text.endswith("\n")
+        assert not text.endswith(",\n")
+        assert links[7] == (await one.text()).rstrip("\n")
+    else:
+        lines = text.splitlines()
+        assert len(lines) == 2_000
+        assert text.endswith("\n")
+        assert lines[7] == (await one.text()).rstrip("\n")
+        assert [json.loads(line.split(" ", 2)[2])["offset"] for line in lines[:3]] == [
+            "0",
+            "100",
+            "200",
+        ]
+
+
+async def test_a_client_leaving_mid_answer_is_not_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # ~40 MB of answer: more than the socket buffers hold, so the server is
+    # still writing when the client goes away.
+    big = _long_index(tmp_path / "big.cdxj", 200_000)
+    app = create_app(parse_config(f"collections:\n  big:\n    index: {big}\n"))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        with caplog.at_level(logging.DEBUG):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                b"GET /big/index?url=example.com/&matchType=prefix HTTP/1.1\r\n"
+                b"Host: 127.0.0.1\r\n\r\n"
+            )
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+            await reader.read(65536)
+            writer.transport.abort()  # gone, without reading the rest
+            for _ in range(200):
+                if "client left during GET /big/index" in caplog.text:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        await runner.cleanup()
+    assert "client left during GET /big/index" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

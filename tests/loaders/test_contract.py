@@ -118,13 +118,15 @@ from tests.sources.redis_support import delete_prefix, redis_client, unique_pref
 
 #: (urlkey, timestamp) of the sample captures loaded: a small response, its
 #: revisit, a record whose archived headers say chunked, a payload of several
-#: chunks, a revisit of another file.
+#: chunks, a revisit of another file, and a record that inflates to more than
+#: 256 KiB (several chunks however large the reads).
 SAMPLE_CAPTURES: Final = (
     ("com,example)/?example=1", "20140103030321"),
     ("com,example)/?example=1", "20140103030341"),
     ("org,iana)/", "20140126200624"),
     ("org,iana)/_css/2013.1/fonts/opensans-bold.ttf", "20140126200625"),
     ("org,iana)/_css/2013.1/fonts/inconsolata.otf", "20140126200912"),
+    ("org,iana)/protocols", "20140126200715"),
 )
 #: Smallest chunk the WARC loader reads: bodies of more than one chunk.
 SMALL_CHUNK_BYTES: Final = 1024

@@ -498,8 +498,9 @@ async def test_truncated_record_aborts_the_body(
     (tmp_path / "cut.warc").write_bytes(gzip.decompress(data[334 : 334 + 2258])[:3000])
     loader = make_loader(clients, str(tmp_path))
     for name, offset in (("cut.warc.gz", 334), ("cut.warc", 0)):
-        record = capture(sample_index, "iana.warc.gz", 334)
-        record.fields |= {"filename": name, "offset": str(offset)}
+        sample = capture(sample_index, "iana.warc.gz", 334)
+        fields = {**sample.fields, "filename": name, "offset": str(offset)}
+        record = CdxRecord(sample.urlkey, sample.timestamp, fields)
         loaded = await loader.load(record, context(make_finder([]), record.url))
         assert loaded.content_length is not None
         with pytest.raises(RecordFormatError, match="truncated"):
