@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--limit-per-host",
         type=int,
-        help="the gateway's client.limit_per_host (default: the gateway's own, 16)",
+        help="the gateway's client.limit_per_host (default: the gateway's own, 64)",
     )
     parser.add_argument(
         "--only",
@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"# remote CDX server answers after {args.delay_ms:g} ms; wrk, it and the server share")
     print("# the machine's cores")
     lph = args.limit_per_host
-    print(f"# gateway client.limit_per_host: {'16 (default)' if lph is None else lph}")
+    print(f"# gateway client.limit_per_host: {'64 (default)' if lph is None else lph}")
     tp_conns = sorted(set(args.connections))
     lat_conns = sorted(set(args.latency_connections))
     table: list[list[str]] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -51,6 +52,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = create_app(config, collections=collections, clients=clients)
+    app.on_startup.append(_freeze_heap)
     print(
         f"gateway: serving {', '.join(collections) or '(no collections)'} "
         f"on http://{args.host}:{args.port}/",
@@ -66,6 +68,17 @@ def _serve(args: argparse.Namespace) -> int:
         loop=_new_loop(),
     )
     return 0
+
+
+async def _freeze_heap(app: object) -> None:
+    """Move everything alive after start-up out of the garbage collector's sight.
+
+    Modules, config and pools live as long as the process (about 75,000
+    objects); frozen, they are no longer walked by every full collection
+    that request garbage triggers (``gc.freeze``, Python 3.7+).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _check_config(args: argparse.Namespace) -> int:

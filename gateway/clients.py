@@ -30,11 +30,14 @@ class ClientSettings:
 
     ``user_agent`` is sent on every upstream request; ``contact`` (an e-mail or
     URL) is appended to it as ``contact: ...`` so archives know whom to ask.
+    ``limit_per_host`` caps the connections open to one upstream host (and so
+    the lookups in flight to it: at 50 ms per answer, 64 connections carry at
+    most 1,280 lookups/s); ``total_limit`` caps them all.
     """
 
     user_agent: str = _DEFAULT_AGENT
     contact: str = ""
-    limit_per_host: int = 16
+    limit_per_host: int = 64
     total_limit: int = 256
 
     def header_value(self) -> str:
