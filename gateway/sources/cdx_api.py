@@ -240,13 +240,23 @@ class CdxApiSource:
     def query_params(self, query: CaptureQuery) -> list[tuple[str, str]]:
         """The parameters sent upstream for ``query`` (module docstring), in order.
 
+        A lookup under a request's method key (a POST looked up through the
+        post-request API; ``query.extra["alt_url"]``, pywb's ``alt_url``) sends
+        that URL, whose urlkey is the method key the archive's index holds
+        (cdxj-indexer's ``__wb_method=post&...``), so the server looks up the
+        same key as a local index would.
+
         >>> source = CdxApiSource(CdxApiConfig(api_url="http://h/cdx"), name="x",
         ...                       clients=SharedClients())
         >>> source.query_params(CaptureQuery.for_url("http://a.org/", closest="20140101000000"))
         [('url', 'http://a.org/'), ('matchType', 'exact'), ('closest', '20140101000000'), \
 ('sort', 'closest'), ('limit', '100')]
+        >>> post = CaptureQuery.for_url("http://a.org/").evolve(
+        ...     extra={"alt_url": "http://a.org/?__wb_method=post&a=1"})
+        >>> source.query_params(post)[0]
+        ('url', 'http://a.org/?__wb_method=post&a=1')
         """
-        params = [("url", query.url), ("matchType", query.match_type)]
+        params = [("url", query.extra.get("alt_url", query.url)), ("matchType", query.match_type)]
         if query.from_ts:
             params.append(("from", query.from_ts))
         if query.to_ts:

@@ -24,7 +24,9 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from gateway.app import create_app
 from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.config import parse_config
 from gateway.indexer import write_cdxj_index
 from tests.api.conftest import MakeClient
 
@@ -538,6 +540,44 @@ async def test_other_methods_on_the_post_routes_are_405(client: Client) -> None:
     resp = await client.get("/post/resource/postreq", params={"url": "http://httpbin.org/post"})
     assert resp.status == 405
     assert "message" in await resp.json()
+
+
+# -- through a remote CDX server --------------------------------------------------------
+
+
+async def test_a_remote_cdx_server_is_asked_for_the_method_key(
+    make_client: MakeClient, sample_dir: Path, archives: Path
+) -> None:
+    # The remote archive is a CDX server (a second gateway, pywb's dialect) over
+    # the POST captures: it keys its lookups by the url it is sent, so the url
+    # sent upstream must be the method-keyed one (pywb's alt_url).
+    remote = TestServer(
+        create_app(parse_config(f"collections:\n  post:\n    index: {archives}/post-test.cdxj\n")),
+        host="127.0.0.1",
+    )
+    await remote.start_server()
+    try:
+        client = await make_client(
+            f"collections:\n  far:\n    index: cdx+http://127.0.0.1:{remote.port}/post/index\n"
+            f"    resource: {sample_dir}/warcs/\n"
+        )
+        for target, body, timestamp, form in POST_TEST:
+            resp = await client.post(
+                "/far/resource/postreq",
+                params={"url": f"http://httpbin.org{target}"},
+                data=wrapped("POST", target, body),
+            )
+            assert resp.status == 200, await resp.text()
+            assert CdxRecord.parse(resp.headers["Warcserver-Cdx"]).timestamp == timestamp
+            assert json.loads(served(await resp.read()).payload)["form"] == form
+        other = await client.post(
+            "/far/resource/postreq",
+            params={"url": "http://httpbin.org/post"},
+            data=wrapped("POST", "/post", b"foo=other"),
+        )
+        assert other.status == 404
+    finally:
+        await remote.close()
 
 
 # -- pywb 2.10 answers the same -------------------------------------------------------
