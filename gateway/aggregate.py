@@ -214,25 +214,32 @@ class IndexGroup:
                 errors[member.name] = self._fail(member, exc).reason
 
         pending: list[tuple[int, IndexSource, Awaitable[list[CdxRecord]]]] = []
-        for position, member in selected:
-            try:
-                self.breakers[member.name].check(member.name)
-            except SourceSkipped as exc:
-                errors[member.name] = exc.reason
-                continue
-            records = member.lookup(query)
-            collect = self._collect(member, records, query)
-            if not isinstance(records, cdxops.LocalScan):
-                pending.append((position, member, collect))
-                continue
-            try:
-                waiting_on = collect.send(None)
-            except StopIteration as done:
-                results[position] = done.value
-            except SourceError as exc:
-                errors[member.name] = self._fail(member, exc).reason
-            else:  # a local scan's checkpoint: the rest goes on in a task
-                pending.append((position, member, Resumed(collect, waiting_on)))
+        started: list[Coroutine[Any, Any, list[CdxRecord]]] = []
+        try:
+            for position, member in selected:
+                try:
+                    self.breakers[member.name].check(member.name)
+                except SourceSkipped as exc:
+                    errors[member.name] = exc.reason
+                    continue
+                records = member.lookup(query)
+                collect = self._collect(member, records, query)
+                started.append(collect)
+                if not isinstance(records, cdxops.LocalScan):
+                    pending.append((position, member, collect))
+                    continue
+                try:
+                    waiting_on = collect.send(None)
+                except StopIteration as done:
+                    results[position] = done.value
+                except SourceError as exc:
+                    errors[member.name] = self._fail(member, exc).reason
+                else:  # a local scan's checkpoint: the rest goes on in a task
+                    pending.append((position, member, Resumed(collect, waiting_on)))
+        except BaseException:
+            for collect in started:
+                collect.close()  # never awaited, or suspended at a checkpoint
+            raise
         if pending:
             async with asyncio.TaskGroup() as group:
                 for position, member, work in pending:
