@@ -483,6 +483,7 @@ def _plain_chunks(handle: _Handle, key: bytes, prefix: bytes) -> Generator[_Chun
     buf_start = pos  # file offset of buf[0]
     length = _FIRST_READ_BYTES
     seeking = True
+    line_start = pos == 0  # buf starts at the start of a line
     batch = 16
     while pos < size:
         data = os.pread(fd, min(length, size - pos), pos)
@@ -495,7 +496,7 @@ def _plain_chunks(handle: _Handle, key: bytes, prefix: bytes) -> Generator[_Chun
         buf += data
         at_eof = pos >= size
         if seeking:
-            if buf_start == 0 and buf.startswith(prefix):
+            if line_start and buf.startswith(prefix):
                 start = 0
             else:
                 found = buf.find(b"\n" + prefix)
@@ -504,6 +505,7 @@ def _plain_chunks(handle: _Handle, key: bytes, prefix: bytes) -> Generator[_Chun
                     cut = buf.rfind(b"\n") + 1
                     buf_start += cut
                     buf = buf[cut:]
+                    line_start = line_start or cut > 0
                     if len(buf) > _MAX_LINE_BYTES:
                         raise _FormatProblem(f"byte {buf_start}", "line longer than 16 MiB")
                     continue

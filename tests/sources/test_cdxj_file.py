@@ -675,3 +675,34 @@ async def test_directory_answers_as_pywb_warcserver(
         theirs = list(map(comparable, await pywb_index(pywb_warcserver, "pywb", url, match_type)))
         assert [r[:2] for r in ours] == [r[:2] for r in theirs], url
         assert sorted(map(repr, ours)) == sorted(map(repr, theirs)), url
+
+
+def _straddling(path: Path, long_line: int) -> Path:
+    """Filler lines, one filler line of ``long_line`` bytes, the line of
+    com,example)/target, more filler: the target starts wherever the long line
+    ends, so it may straddle the end of the scan's first read."""
+
+    def filler(n: int, pad: bytes = b"") -> bytes:
+        return b'com,aaa)/%06d 20140101000000 {"url": "http://aaa.com/%06d%s"}\n' % (n, n, pad)
+
+    out = bytearray()
+    for n in range(200):
+        out += filler(n)
+    out += filler(200, b"x" * (long_line - len(filler(200))))
+    out += b'com,example)/target 20140101000000 {"url": "http://example.com/target"}\n'
+    for i in range(800):
+        out += b'com,zzz)/%06d 20140101000000 {"url": "http://zzz.com/%06d"}\n' % (i, i)
+    path.write_bytes(bytes(out))
+    return path
+
+
+async def test_a_line_found_across_a_read_boundary(tmp_path: Path) -> None:
+    # A line longer than the search block moves the first candidate line to the
+    # end of the scan's first read (16 KiB from the 8 KiB block the search
+    # lands on): with long lines of 11,758-11,776 bytes the target line starts
+    # in the last 19 bytes of that read. It is found whole wherever the read ends.
+    query = parse_query({"url": ["http://example.com/target"]})
+    for long_line in range(11_700, 11_850):
+        path = _straddling(tmp_path / f"s{long_line}.cdxj", long_line)
+        records = await collect(build(path), query)
+        assert [r.url for r in records] == ["http://example.com/target"], long_line
