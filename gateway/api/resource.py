@@ -31,6 +31,7 @@ from gateway.api.common import (
     ERRORS_HEADER,
     STEP_HEADER,
     capture_query,
+    client_left,
     collection_for,
     errors_header_value,
     query_params,
@@ -216,10 +217,10 @@ async def send_record(
     Otherwise the record streams: pieces are joined while they stay under
     64 KiB (the header blocks travel with a small first chunk), and the last
     piece goes with the end of the response. A body that fails part way
-    (:class:`~gateway.errors.RecordFormatError` on a truncated record)
-    propagates, so aiohttp aborts the connection instead of ending a short
-    response cleanly. HEAD sends the GET answer's headers, ``Content-Length``
-    included.
+    (:class:`~gateway.errors.RecordFormatError` on a truncated record) is
+    logged and the connection closed, so the client sees a short body rather
+    than a complete one; a client that leaves is logged at DEBUG. HEAD sends
+    the GET answer's headers, ``Content-Length`` included.
     """
     try:
         headers = record_headers(step, loaded, errors)
@@ -230,40 +231,55 @@ async def send_record(
                 return web.Response(headers=headers)
             return web.Response(body=b"".join((head, whole)), headers=headers)
         response = web.StreamResponse(headers=headers)
-        await response.prepare(request)
-        if request.method == "HEAD":
-            await response.write_eof()
-            return response
-        if whole is not None:
-            await response.write(head)
-            await response.write(whole)
-            await response.write_eof()
-            return response
-        pending = head
         try:
-            async for chunk in loaded.body:
-                if len(pending) + len(chunk) <= 64 * 1024:
-                    pending += chunk
-                else:
-                    await response.write(pending)
-                    pending = chunk
-        except LoadError as exc:
-            # The status line is out: no error answer is possible any more (the
-            # error middleware's would land inside this body). Close the
-            # connection, so the client sees a short body, not a complete one.
-            logger.error(
-                "%s %s: record failed after the answer started, closing the connection: %s",
-                request.method,
-                request.path_qs,
-                exc,
-            )
-            if request.transport is not None:
-                request.transport.close()
+            return await _stream_record(request, response, loaded, head, whole)
+        except ConnectionResetError:
+            client_left(request)
             return response
-        await response.write_eof(pending)
-        return response
     finally:
         await loaded.aclose()
+
+
+async def _stream_record(
+    request: web.Request,
+    response: web.StreamResponse,
+    loaded: LoadedRecord,
+    head: bytes,
+    whole: bytes | memoryview | None,
+) -> web.StreamResponse:
+    """The streamed part of :func:`send_record`."""
+    await response.prepare(request)
+    if request.method == "HEAD":
+        await response.write_eof()
+        return response
+    if whole is not None:
+        await response.write(head)
+        await response.write(whole)
+        await response.write_eof()
+        return response
+    pending = head
+    try:
+        async for chunk in loaded.body:
+            if len(pending) + len(chunk) <= 64 * 1024:
+                pending += chunk
+            else:
+                await response.write(pending)
+                pending = chunk
+    except LoadError as exc:
+        # The status line is out: no error answer is possible any more (the
+        # error middleware's would land inside this body). Close the
+        # connection, so the client sees a short body, not a complete one.
+        logger.error(
+            "%s %s: record failed after the answer started, closing the connection: %s",
+            request.method,
+            request.path_qs,
+            exc,
+        )
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    await response.write_eof(pending)
+    return response
 
 
 async def resource_handler(request: web.Request) -> web.StreamResponse:
