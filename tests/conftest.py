@@ -36,11 +36,15 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
 import pytest
+from aiohttp.test_utils import TestClient
+
+from gateway.app import create_app
+from gateway.config import parse_config
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SAMPLE_DIR: Final = REPO_ROOT.parent / "shared" / "data" / "pywb-sample"
@@ -59,6 +63,20 @@ STOP_TIMEOUT_S: Final = 10.0
 _POLL_INTERVAL_S: Final = 0.1
 _START_ATTEMPTS: Final = 3
 _LOG_TAIL_CHARS: Final = 3000
+
+
+#: What the ``make_client`` fixture returns: collections.yaml text -> test client.
+MakeClient = Callable[[str], Awaitable[TestClient]]  # type: ignore[type-arg]
+
+
+@pytest.fixture
+def make_client(aiohttp_client: Callable[..., Awaitable[TestClient]]) -> MakeClient:  # type: ignore[type-arg]
+    """A test client (pytest-aiohttp, 127.0.0.1) of the gateway app for a collections.yaml text."""
+
+    async def make(yaml_text: str) -> TestClient:  # type: ignore[type-arg]
+        return await aiohttp_client(create_app(parse_config(yaml_text)))
+
+    return make
 
 
 def free_port() -> int:

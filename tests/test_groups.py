@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
 from gateway.config import parse_config
+from tests.conftest import MakeClient
 
 TIMEOUT_S = 0.3
 MARGIN = 5
@@ -94,15 +95,6 @@ async def silent_port() -> AsyncIterator[int]:
 
 
 Client = TestClient[web.Request, web.Application]
-MakeClient = Callable[[str], Awaitable[Client]]
-
-
-@pytest.fixture
-def make_client(aiohttp_client: Callable[..., Awaitable[Client]]) -> MakeClient:
-    async def make(yaml_text: str) -> Client:
-        return await aiohttp_client(create_app(parse_config(yaml_text)))
-
-    return make
 
 
 def _group(sample_dir: Path, remote: str, timeout_s: float = TIMEOUT_S) -> str:

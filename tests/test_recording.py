@@ -16,9 +16,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import create_app
-from gateway.config import parse_config
-
 Client = TestClient[web.Request, web.Application]
 
 
@@ -38,16 +35,6 @@ async def live_web() -> AsyncIterator[tuple[str, dict[str, int]]]:
         yield f"http://127.0.0.1:{server.port}", hits
     finally:
         await server.close()
-
-
-@pytest.fixture
-def make_client(
-    aiohttp_client: Callable[..., Awaitable[Client]],
-) -> Callable[[str], Awaitable[Client]]:
-    async def make(yaml_text: str) -> Client:
-        return await aiohttp_client(create_app(parse_config(yaml_text)))
-
-    return make
 
 
 def _config(store_root: Path, extra_step: str = "") -> str:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.api.conftest import MakeClient
+from tests.conftest import MakeClient
 
 PRINT_CSS = "http://www.iana.org/_css/2013.1/print.css"
 

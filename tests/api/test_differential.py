@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.api.conftest import MakeClient
+from tests.conftest import MakeClient
 
 pytestmark = pytest.mark.peer
 

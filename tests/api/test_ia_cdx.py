@@ -24,8 +24,8 @@ from aiohttp.test_utils import TestClient
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.indexer import write_cdxj_index
-from tests.api.conftest import MakeClient
 from tests.api.sample_support import sorted_sample_indexes
+from tests.conftest import MakeClient
 
 Client = TestClient[web.Request, web.Application]
 Line = list[str]

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from tests.api.conftest import MakeClient
+from tests.conftest import MakeClient
 
 # pywb 2.10 warcserver, /pywb/index?url=iana.org over the same files (FIELD-NOTES).
 PYWB_IANA = [

@@ -21,7 +21,7 @@ from gateway.app import create_app
 from gateway.cdxj import CdxRecord
 from gateway.config import parse_config
 from gateway.memento import Link, parse_link_format, parse_link_header, timestamp_to_http_date
-from tests.api.conftest import MakeClient
+from tests.conftest import MakeClient
 
 AiohttpClient = Callable[..., Awaitable[TestClient]]  # type: ignore[type-arg]
 

@@ -15,7 +15,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from gateway.indexer import write_cdxj_index
-from tests.api.conftest import MakeClient
+from tests.conftest import MakeClient
 
 
 @pytest.fixture

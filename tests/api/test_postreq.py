@@ -28,7 +28,7 @@ from gateway.app import create_app
 from gateway.cdxj import CdxRecord, canonical_urlkey
 from gateway.config import parse_config
 from gateway.indexer import write_cdxj_index
-from tests.api.conftest import MakeClient
+from tests.conftest import MakeClient
 
 Client = TestClient[web.Request, web.Application]
 

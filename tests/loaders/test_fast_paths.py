@@ -16,38 +16,23 @@ from __future__ import annotations
 
 import io
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient
 from warcio.statusandheaders import StatusAndHeadersParser
 
-from gateway.app import create_app
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
-from gateway.config import parse_config
 from gateway.loaders.base import FindOriginal
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.loaders.warc_headers import RECORD_LOADER, HeaderWindow
 from gateway.memento import iso_to_timestamp, timestamp_to_http_date
+from tests.conftest import MakeClient
 from tests.loaders.conftest import capture, context, load_all
-
-MakeClient = Callable[[str], Awaitable[TestClient]]  # type: ignore[type-arg]
-
-
-@pytest.fixture
-def make_client(aiohttp_client: Callable[..., Awaitable[TestClient]]) -> MakeClient:  # type: ignore[type-arg]
-    """A test client of the gateway app for a collections.yaml text."""
-
-    async def make(yaml_text: str) -> TestClient:  # type: ignore[type-arg]
-        return await aiohttp_client(create_app(parse_config(yaml_text)))
-
-    return make
-
 
 _PARSERS = {
     "warc": RECORD_LOADER.warc_parser,

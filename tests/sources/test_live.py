@@ -8,13 +8,11 @@ The live web is a stand-in aiohttp server on 127.0.0.1
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
 from gateway.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import SharedClients
 from gateway.config import parse_config
@@ -24,6 +22,7 @@ from gateway.loaders.live import DEFAULT_MAX_RECORD_BYTES, LiveLoader
 from gateway.memento import timestamp_to_http_date
 from gateway.query import CaptureQuery, now_timestamp
 from gateway.sources.live import LiveSource, LiveSourceConfig
+from tests.conftest import MakeClient
 from tests.loaders.live_web import (
     PAGE_BODY,
     LiveWeb,
@@ -34,22 +33,11 @@ from tests.loaders.live_web import (
 )
 from tests.sources.conftest import collect
 
-AiohttpClient = Callable[..., Awaitable[TestClient]]  # type: ignore[type-arg]
-MakeClient = Callable[[str], Awaitable[TestClient]]  # type: ignore[type-arg]
-
 
 @pytest.fixture
 async def web() -> AsyncIterator[LiveWeb]:
     async with live_web() as server:
         yield server
-
-
-@pytest.fixture
-def make_client(aiohttp_client: AiohttpClient) -> MakeClient:
-    async def make(yaml_text: str) -> TestClient:  # type: ignore[type-arg]
-        return await aiohttp_client(create_app(parse_config(yaml_text)))
-
-    return make
 
 
 async def no_original(url: str, timestamp: str, digest: str) -> AsyncIterator[CdxRecord]:

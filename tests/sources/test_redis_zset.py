@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import redis.asyncio
-from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
 from gateway.config import parse_config
@@ -26,7 +24,7 @@ from gateway.query import MATCH_TYPES, CaptureQuery
 from gateway.sources import SOURCE_TYPES
 from gateway.sources.base import IndexSource
 from gateway.sources.redis_zset import RedisIndexSource, RedisSourceConfig
-from tests.conftest import free_port
+from tests.conftest import MakeClient, free_port
 from tests.sources.conftest import collect, linear_scan
 from tests.sources.redis_support import (
     command_calls,
@@ -35,8 +33,6 @@ from tests.sources.redis_support import (
     unique_prefix,
     zadd_lines,
 )
-
-MakeClient = Callable[[str], Awaitable[TestClient]]  # type: ignore[type-arg]
 
 
 @pytest.fixture
@@ -58,16 +54,6 @@ async def clients() -> AsyncIterator[SharedClients]:
     shared = SharedClients()
     yield shared
     await shared.close()
-
-
-@pytest.fixture
-def make_client(aiohttp_client: Callable[..., Awaitable[TestClient]]) -> MakeClient:  # type: ignore[type-arg]
-    """A test client for a collections.yaml text (as tests/api's make_client)."""
-
-    async def make(yaml_text: str) -> TestClient:  # type: ignore[type-arg]
-        return await aiohttp_client(create_app(parse_config(yaml_text)))
-
-    return make
 
 
 def source(url: str, clients: SharedClients, **settings: object) -> IndexSource:
