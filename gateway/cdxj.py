@@ -85,6 +85,10 @@ _PLAIN_BLOCK: Final = re.compile(
 _TAG_KEYS: Final = (("source",), ("source-coll",), ("source", "source-coll"))
 
 
+#: Placeholder passed to ``__init__`` by records whose block is still text.
+_NO_FIELDS: Final[dict[str, str]] = {}
+
+
 @functools.lru_cache(maxsize=4096)
 def _source_suffix(source: str | None, coll: str | None) -> str:
     """``, "source": ..., "source-coll": ...}``: what closes a tagged plain block.
@@ -160,14 +164,9 @@ class CdxRecord:
 
     @classmethod
     def _undecoded(cls, urlkey: str, timestamp: str, plain: str) -> CdxRecord:
-        record = cls.__new__(cls)
-        record.urlkey = urlkey
-        record.timestamp = timestamp
+        record = cls(urlkey, timestamp, _NO_FIELDS)
         record._fields = None
         record._plain = plain
-        record._raw = None
-        record._source = None
-        record._coll = None
         return record
 
     @property
@@ -343,10 +342,11 @@ class CdxRecord:
         return self.fields.get("mime") == "warc/revisit" or self.fields.get("filename") == "-"
 
     def copy(self) -> CdxRecord:
-        duplicate = CdxRecord.__new__(CdxRecord)
-        duplicate.urlkey = self.urlkey
-        duplicate.timestamp = self.timestamp
-        duplicate._fields = None if self._fields is None else dict(self._fields)
+        fields = self._fields
+        copied = _NO_FIELDS if fields is None else dict(fields)
+        duplicate = CdxRecord(self.urlkey, self.timestamp, copied)
+        if fields is None:
+            duplicate._fields = None
         duplicate._plain = self._plain
         duplicate._raw = self._raw
         duplicate._source = self._source
