@@ -94,9 +94,30 @@ def client_left(request: web.Request) -> None:
     logger.debug("client left during %s %s", request.method, request.path_qs)
 
 
+#: Header values by their ``(name, reason)`` pairs (see :func:`errors_header_value`).
+_HEADER_VALUES: dict[tuple[tuple[str, str], ...], str] = {}
+_HEADER_VALUES_MAX: Final = 1024
+
+
 def errors_header_value(errors: Mapping[str, str]) -> str:
-    """JSON for :data:`ERRORS_HEADER`, ASCII-only, cut to a sane header size."""
-    value = json.dumps(dict(errors), sort_keys=False)
+    """JSON for :data:`ERRORS_HEADER`, ASCII-only, cut to a sane header size.
+
+    The same few values (``{"web": "ok"}`` on every answer of a one-member
+    collection, the same outage reported on every request) come back again
+    and again, so values are remembered by content (at most
+    :data:`_HEADER_VALUES_MAX`; the memo starts over when full).
+
+    >>> errors_header_value({"web": "ok", "ia": "timeout after 5 s"})
+    '{"web": "ok", "ia": "timeout after 5 s"}'
+    """
+    pairs = tuple(errors.items())
+    value = _HEADER_VALUES.get(pairs)
+    if value is not None:
+        return value
+    value = json.dumps(dict(pairs))
     if len(value) > _MAX_HEADER_CHARS:
         value = json.dumps({"truncated": f"{len(errors)} errors; see the logs"})
+    if len(_HEADER_VALUES) >= _HEADER_VALUES_MAX:
+        _HEADER_VALUES.clear()
+    _HEADER_VALUES[pairs] = value
     return value

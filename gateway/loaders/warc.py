@@ -6,9 +6,10 @@ Behaviour follows pywb's warcserver ``WARCPathLoader`` and ``ResolvingLoader``
 - the record is found through the configured resolvers in order (prefixes,
   path indexes; :mod:`gateway.loaders.resolvers`), each candidate location
   tried until one holds a parsable record;
-- output is the WARC header block re-serialized by warcio
-  (``StatusAndHeaders.to_bytes()``), the HTTP header block re-serialized the
-  same way, then the rest of the block, streamed; the WARC
+- output is the WARC header block re-serialized as warcio does
+  (``StatusAndHeaders.to_bytes()``, written by
+  :func:`~gateway.loaders.warc_headers.block_bytes`), the HTTP header block
+  re-serialized the same way, then the rest of the block, streamed; the WARC
   ``Content-Length`` is adjusted by the difference between the re-serialized
   HTTP headers and the bytes they were parsed from; no trailing
   ``CRLF CRLF``;
@@ -72,6 +73,7 @@ from gateway.loaders.resolvers import (
     build_resolver,
     resolver_config_from_shorthand,
 )
+from gateway.loaders.warc_headers import block_bytes
 from gateway.loaders.warc_reader import OpenedRecord, open_record
 
 __all__ = ["EMPTY_DIGEST", "WarcLoader", "WarcLoaderConfig", "is_self_redirect"]
@@ -316,7 +318,7 @@ class WarcLoader:
                         {f"{capture.url} {capture.timestamp}": "self-redirect"},
                     )
             if http:
-                http_bytes = http.to_bytes()
+                http_bytes = block_bytes(http)
             consumed = payload.http_consumed
             if consumed and len(http_bytes) != consumed:
                 _adjust_content_length(warc_headers, len(http_bytes) - consumed)
@@ -336,7 +338,7 @@ class WarcLoader:
                 head_headers.get_header("WARC-Date") or timestamp_to_iso_date(capture.timestamp),
             )
             head.close()
-        warc_bytes: bytes = warc_headers.to_bytes()
+        warc_bytes = block_bytes(warc_headers)
         remaining = payload.remaining
         return LoadedRecord(
             capture=capture,

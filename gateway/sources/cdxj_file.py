@@ -7,12 +7,14 @@ file of one directory, named by its file name in the ``source`` field).
 A plain file is binary-searched in 8 KiB blocks exactly as pywb's
 ``binsearch_offset`` does, with ``os.pread`` on one file descriptor per file
 (no shared seek position, so concurrent lookups never disturb each other).
-An exact lookup reads about ``log2(size / 8 KiB)`` probes of ~1 KiB plus
-16 KiB for the final linear step, in which only the lines from the first one
-starting with the range's common prefix are split out (a few lines for an
-exact lookup): about 30 us of CPU in a 200 MB file (page-cached), plus ~1 us
-to parse each matching line (the JSON block is decoded only when a field is
-read; see :class:`~gateway.cdxj.CdxRecord`). Long ranges are read in chunks
+An exact lookup reads about ``log2(size / 8 KiB)`` probes of ~1 KiB (the
+top 255 probe results of each version of a file are remembered, as every
+lookup's search starts with them) plus 16 KiB for the final linear step, in
+which only the lines from the first one starting with the range's common
+prefix are split out (a few lines for an exact lookup): about 30 us of CPU
+in a 200 MB file (page-cached), plus ~1 us to parse each matching line (the
+JSON block is decoded only when a field is read; see
+:class:`~gateway.cdxj.CdxRecord`). Long ranges are read in chunks
 of up to 64 KiB and yielded record by record, never accumulated. The reads
 happen inline in the event loop ("a seek and a bounded read"), with a
 checkpoint (``await asyncio.sleep(0)``) after every 64 KiB read.
@@ -314,9 +316,14 @@ class CdxjDirectorySource:
 
 # --------------------------------------------------------------------- files
 class _Handle:
-    """One open version of a file; closed once retired and no lookup uses it."""
+    """One open version of a file; closed once retired and no lookup uses it.
 
-    __slots__ = ("fd", "gzip", "identity", "path", "retired", "size", "users", "warned")
+    ``probes`` remembers what the binary search found at block starts (see
+    :func:`_search_offset`): every lookup walks the same first levels of the
+    search, so those reads are made once per version of the file.
+    """
+
+    __slots__ = ("fd", "gzip", "identity", "path", "probes", "retired", "size", "users", "warned")
 
     def __init__(self, path: str, fd: int, identity: tuple[int, int, int, int], gz: bool) -> None:
         self.path = path
@@ -327,6 +334,7 @@ class _Handle:
         self.users = 0
         self.retired = False
         self.warned = False
+        self.probes: dict[int, tuple[bytes | None, bool]] = {}
 
     def release(self) -> None:
         self.users -= 1
@@ -412,6 +420,8 @@ def _common_prefix(first: bytes, second: bytes) -> bytes:
     >>> _common_prefix(b"org,iana)/", b"org,iana)/!"), _common_prefix(b"com,", b"com-")
     (b'org,iana)/', b'com')
     """
+    if second.startswith(first):  # an exact lookup: the range is key .. key + "!"
+        return first
     size = min(len(first), len(second))
     for index in range(size):
         if first[index] != second[index]:
@@ -427,11 +437,12 @@ def _unavailable(source: str, path: str, exc: OSError) -> SourceUnavailable:
     return SourceUnavailable(source, reason)
 
 
-def _probe(fd: int, size: int, offset: int, need: int) -> bytes | None:
+def _probe(fd: int, size: int, offset: int, need: int) -> tuple[bytes | None, bool]:
     """The first line that starts after the first newline at or after ``offset``.
 
-    The line may be cut after ``need`` bytes (enough to compare it with a key
-    of that length). None when no line starts there before end of file.
+    Returns ``(line, whole)``: the line may be cut after ``need`` bytes
+    (enough to compare it with a key of that length), and ``whole`` says it
+    was not. ``(None, True)`` when no line starts there before end of file.
     """
     length = _PROBE_BYTES
     while True:
@@ -442,24 +453,44 @@ def _probe(fd: int, size: int, offset: int, need: int) -> bytes | None:
             start = newline + 1
             stop = data.find(b"\n", start)
             if stop >= 0:
-                return data[start:stop]
+                return data[start:stop], True
             if len(data) - start >= need or eof:
-                return data[start:] if start < len(data) else None
+                return (data[start:], eof) if start < len(data) else (None, True)
         elif eof:
-            return None
+            return None, True
         length *= 4
 
 
-def _search_offset(fd: int, size: int, key: bytes) -> int:
+#: Probe results kept per file version (the top of the search, which every lookup shares).
+_PROBES_KEPT: Final = 255
+#: Bytes of a probed line kept; a key that needs more of it probes again.
+_PROBE_KEPT_BYTES: Final = 512
+
+
+def _search_offset(handle: _Handle, key: bytes) -> int:
     """pywb ``binsearch_offset``: a block start at or before the first line >= ``key``.
 
     Every line up to the partial line at the returned offset sorts before
-    ``key`` (in a sorted file). Costs ``log2(size / 8 KiB)`` probes.
+    ``key`` (in a sorted file). Costs ``log2(size / 8 KiB)`` probes, of
+    which those at the top of the search (the same for every key) are
+    answered from ``handle.probes`` after the first lookups.
     """
+    fd, size, probes = handle.fd, handle.size, handle.probes
+    need = len(key)
     lo, hi = 0, size // _BLOCK_BYTES
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        line = _probe(fd, size, mid * _BLOCK_BYTES, len(key))
+        kept = probes.get(mid)
+        if kept is not None and (kept[1] or len(kept[0] or b"") >= need):
+            line = kept[0]
+        else:
+            line, whole = _probe(fd, size, mid * _BLOCK_BYTES, need)
+            if len(probes) < _PROBES_KEPT or mid in probes:
+                # A cut line still orders every key no longer than what is kept of it.
+                if line is not None and len(line) > _PROBE_KEPT_BYTES:
+                    probes[mid] = (line[:_PROBE_KEPT_BYTES], False)
+                else:
+                    probes[mid] = (line, whole)
         if line is not None and key > line:
             lo = mid
         else:
@@ -478,7 +509,7 @@ def _plain_chunks(handle: _Handle, key: bytes, prefix: bytes) -> Generator[_Chun
     handful of lines, not the whole read.
     """
     fd, size = handle.fd, handle.size
-    pos = _search_offset(fd, size, key)
+    pos = _search_offset(handle, key)
     buf = b""
     buf_start = pos  # file offset of buf[0]
     length = _FIRST_READ_BYTES

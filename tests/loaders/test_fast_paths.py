@@ -1,7 +1,9 @@
 """The fast paths of the record-loading path give the slow paths' results.
 
 - plain header blocks (:meth:`_FastHeadersParser._plain`) parse exactly as
-  warcio's ``StatusAndHeadersParser`` does, on crafted and random blocks;
+  warcio's ``StatusAndHeadersParser`` does, on crafted and random blocks, and
+  :func:`~gateway.loaders.warc_headers.block_bytes` writes every parsed block
+  as warcio's ``to_bytes`` does, also after its headers are changed;
 - :func:`gateway.memento.timestamp_to_http_date` and
   :func:`~gateway.memento.iso_to_timestamp` answer as the ``strptime`` /
   ``email.utils`` versions they replace, errors included;
@@ -23,13 +25,13 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from warcio.statusandheaders import StatusAndHeadersParser
+from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
 
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
 from gateway.loaders.base import FindOriginal
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
-from gateway.loaders.warc_headers import RECORD_LOADER, HeaderWindow
+from gateway.loaders.warc_headers import RECORD_LOADER, HeaderWindow, block_bytes
 from gateway.memento import iso_to_timestamp, timestamp_to_http_date
 from tests.conftest import MakeClient
 from tests.loaders.conftest import capture, context, load_all
@@ -78,14 +80,20 @@ def _warcio(kind: str, block: bytes) -> tuple[object, int]:
     return _shape(result), stream.tell()
 
 
-def _ours(kind: str, block: bytes) -> tuple[object, int]:
+def _window(block: bytes) -> HeaderWindow:
     window = HeaderWindow()
     window.buf = block + b"BODY"
     window.final = True
+    return window
+
+
+def _ours(kind: str, block: bytes) -> tuple[object, int]:
+    window = _window(block)
     try:
         result = _PARSERS[kind].parse(window)
     except Exception as exc:  # compared with warcio's error type
         return type(exc).__name__, window.pos
+    assert block_bytes(result) == result.to_bytes(), block
     return _shape(result), window.pos
 
 
@@ -143,6 +151,24 @@ def test_random_blocks_parse_as_warcio() -> None:
         assert _ours(kind, block) == _warcio(kind, block), (kind, block)
         taken += _PARSERS[kind]._plain(block, 0, len(block)) is not None
     assert taken > 100  # the fast path was exercised, not only the fallback
+
+
+def test_changed_blocks_are_written_as_warcio_writes_them() -> None:
+    block = _block("HTTP/1.1 200 OK", ["Content-Type: text/html", "Content-Length: 5"])
+    assert block_bytes(_PARSERS["http"].parse(_window(block))) == block
+    changes: list[Callable[[StatusAndHeaders], object]] = [
+        lambda h: h.replace_header("Content-Length", "0"),
+        lambda h: h.add_header("X-Added", "caf\u00e9"),
+        lambda h: h.remove_header("Content-Type"),
+        lambda h: setattr(h, "headers", []),
+        lambda h: setattr(h, "statusline", ""),
+        lambda h: setattr(h, "protocol", ""),
+    ]
+    for count in range(1, len(changes) + 1):
+        parsed = _PARSERS["http"].parse(_window(block))
+        for change in changes[:count]:
+            change(parsed)
+        assert block_bytes(parsed) == parsed.to_bytes(), count
 
 
 # ----------------------------------------------------------------- memento dates

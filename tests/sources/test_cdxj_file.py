@@ -148,6 +148,34 @@ async def test_binary_search_equals_linear_scan_on_a_large_file(
     await source.aclose()
 
 
+async def test_remembered_probes_answer_as_fresh_reads(tmp_path: Path) -> None:
+    # The binary search remembers the lines it probed (cut to 512 bytes). Keys
+    # that share more than 512 bytes with a remembered line must not be
+    # ordered by its cut copy: urlkeys here share a 600-byte path and differ
+    # after it, and each lookup runs cold (new source) and warm (same source).
+    stem = "a" * 600
+    lines = sorted(
+        f'com,example)/{stem}{n:05d} 2014010100000{n % 10} {{"url": "http://example.com/{n}"}}'
+        for n in range(0, 2000, 3)
+    )
+    path = tmp_path / "long-keys.cdxj"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size > 40 * 8192  # many blocks, long lines at every probe
+    warm = build(path)
+    rng = random.Random(7)
+    urls = [f"http://example.com/{stem}{n:05d}" for n in rng.sample(range(2000), 60)]
+    urls += ["http://example.com/", f"http://example.com/{stem}", f"http://example.com/{stem}99999"]
+    for url in urls:
+        for match_type in ("exact", "prefix"):
+            query = CaptureQuery.for_url(url, match_type=match_type)
+            cold = build(path)
+            expected = linear_scan(path, query)
+            assert await collect(cold, query) == expected, (url, match_type)
+            assert await collect(warm, query) == expected, (url, match_type)
+            await cold.aclose()
+    await warm.aclose()
+
+
 @pytest.mark.parametrize(
     ("key", "end_key"),
     [
