@@ -1,13 +1,20 @@
 """create_app(config) -> aiohttp Application.
 
 The app owns the shared clients (one ``aiohttp.ClientSession``, Redis pools)
-through ``cleanup_ctx``, the collections built from the config, the routes of
-every API and the one error middleware that renders
-:class:`~gateway.errors.GatewayError` as ``{"message": ..., "errors": {...}}``.
+through ``cleanup_ctx``, the collections built from the config and the routes
+of every API. Every handler is registered through :func:`api_route`, which
+renders :class:`~gateway.errors.GatewayError` and HTTP errors as
+``{"message": ..., "errors": {...}}`` and puts the CORS headers on every
+answer; a last catch-all route answers unknown paths (404), methods a path
+does not take (405) and CORS preflights (204). This replaces aiohttp
+middlewares and the ``on_response_prepare`` signal, which would wrap every
+request in three more coroutines and a signal dispatch (about a tenth of the
+CPU of a one-line lookup, measured with callgrind).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,7 +23,7 @@ from aiohttp import web
 
 from gateway.aggregate import Collection, IndexGroup, Step
 from gateway.api.common import ERRORS_HEADER, errors_header_value
-from gateway.api.cors import setup_cors
+from gateway.api.cors import add_cors_headers, preflight
 from gateway.api.index import ia_cdx_handler, index_handler
 from gateway.api.memento import (
     memento_handler,
@@ -24,7 +31,7 @@ from gateway.api.memento import (
     timemap_handler,
     wayback_timegate_handler,
 )
-from gateway.api.resource import add_post_routes, resource_handler
+from gateway.api.resource import POST_ROUTES, resource_handler
 from gateway.api.status import health_handler, root_handler, status_handler
 from gateway.clients import SharedClients
 from gateway.config import CollectionConfig, GatewayConfig
@@ -100,24 +107,56 @@ def build_collections(config: GatewayConfig, clients: SharedClients) -> dict[str
     return {name: build_collection(coll, clients) for name, coll in config.collections.items()}
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render GatewayError and HTTP errors as JSON; never leak a traceback."""
-    try:
-        return await handler(request)
-    except GatewayError as exc:
-        if exc.status >= 500:
-            logger.error("%s %s -> %d: %s", request.method, request.path_qs, exc.status, exc)
-        headers = {ERRORS_HEADER: errors_header_value(exc.errors)} if exc.errors else {}
-        return web.json_response(exc.to_json(), status=exc.status, headers=headers, dumps=_dumps)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return web.json_response(
-            {"message": f"{exc.reason}: {request.method} {request.path}"},
-            status=exc.status,
-            headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
-        )
+def api_route(handler: Handler) -> Handler:
+    """``handler`` with the API's error rendering and CORS headers.
+
+    :class:`~gateway.errors.GatewayError` becomes its JSON answer (logged
+    when it is a 5xx), an HTTP error (``web.HTTPException`` of status 400 or
+    more) a JSON ``{"message": ...}`` keeping its ``Allow`` header: never a
+    traceback. Every answer returned unsent gets the CORS headers (a handler
+    that streams adds them before ``prepare``).
+    """
+
+    @functools.wraps(handler)
+    async def route(request: web.Request) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except GatewayError as exc:
+            if exc.status >= 500:
+                logger.error("%s %s -> %d: %s", request.method, request.path_qs, exc.status, exc)
+            headers = {ERRORS_HEADER: errors_header_value(exc.errors)} if exc.errors else {}
+            response = web.json_response(
+                exc.to_json(), status=exc.status, headers=headers, dumps=_dumps
+            )
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                add_cors_headers(exc)
+                raise
+            response = web.json_response(
+                {"message": f"{exc.reason}: {request.method} {request.path}"},
+                status=exc.status,
+                headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
+            )
+        if not response.prepared:
+            add_cors_headers(response)
+        return response
+
+    return route
+
+
+async def _no_route(request: web.Request) -> web.StreamResponse:
+    """The catch-all route: a preflight of a known path (204), a method the
+    path does not take (405 with ``Allow``), or an unknown path (404)."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource is not request.match_info.route.resource:
+            _match, methods = await resource.resolve(request)
+            allowed |= methods
+    if allowed and request.method == "OPTIONS":
+        return preflight(request, allowed)
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, sorted(allowed))
+    raise web.HTTPNotFound()
 
 
 def _dumps(obj: object) -> str:
@@ -138,8 +177,7 @@ def create_app(
     clients = clients or SharedClients(config.client)
     if collections is None:
         collections = build_collections(config, clients)
-    app = web.Application(middlewares=[error_middleware])
-    setup_cors(app)  # CORS headers on every response; OPTIONS preflights
+    app = web.Application()
     app[CONFIG] = config
     app[CLIENTS] = clients
     app[COLLECTIONS] = collections
@@ -161,16 +199,24 @@ def create_app(
             await shared.close()
 
     app.cleanup_ctx.append(lifecycle)
-    app.router.add_get("/", root_handler)
-    app.router.add_get("/_status", status_handler)
-    app.router.add_get("/_health", health_handler)
-    app.router.add_get("/{coll}/index", index_handler)
-    app.router.add_get("/{coll}/cdx", ia_cdx_handler)  # IA CDX server dialect
-    app.router.add_get("/{coll}/resource", resource_handler)  # GET also answers HEAD
-    add_post_routes(app.router)  # post-request API and direct POSTs
-    # Memento (RFC 7089); GET also answers HEAD
-    app.router.add_get("/{coll}/timegate/{url:.*}", timegate_handler)
-    app.router.add_get("/{coll}/timemap/{format}/{url:.*}", timemap_handler)
-    app.router.add_get(r"/{coll}/{timestamp:\d{1,14}}id_/{url:.*}", memento_handler)
-    app.router.add_get("/{coll}/{url:[hH][tT][tT][pP][sS]?:.*}", wayback_timegate_handler)
+    routes: list[tuple[str, str, Handler]] = [
+        ("GET", "/", root_handler),
+        ("GET", "/_status", status_handler),
+        ("GET", "/_health", health_handler),
+        ("GET", "/{coll}/index", index_handler),
+        ("GET", "/{coll}/cdx", ia_cdx_handler),  # IA CDX server dialect
+        ("GET", "/{coll}/resource", resource_handler),  # GET also answers HEAD
+        *POST_ROUTES,  # post-request API and direct POSTs
+        # Memento (RFC 7089); GET also answers HEAD
+        ("GET", "/{coll}/timegate/{url:.*}", timegate_handler),
+        ("GET", "/{coll}/timemap/{format}/{url:.*}", timemap_handler),
+        ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:.*}", memento_handler),
+        ("GET", "/{coll}/{url:[hH][tT][tT][pP][sS]?:.*}", wayback_timegate_handler),
+    ]
+    for method, path, handler in routes:
+        if method == "GET":
+            app.router.add_get(path, api_route(handler))  # and HEAD
+        else:
+            app.router.add_route(method, path, api_route(handler))
+    app.router.add_route("*", "/{path:.*}", api_route(_no_route))  # last: what no route takes
     return app

@@ -36,6 +36,7 @@ from gateway.api.common import (
     errors_header_value,
     query_params,
 )
+from gateway.api.cors import add_cors_headers
 from gateway.cdxj import CdxRecord
 from gateway.ia_cdx import CONTENT_TYPES as IA_CONTENT_TYPES
 from gateway.ia_cdx import count_pages, ia_lookup, serialize_ia
@@ -115,7 +116,7 @@ async def send_index(
             chunk = separator.join(pieces)
             if response is None:
                 response = web.StreamResponse(headers=headers)
-                await response.prepare(request)
+                await add_cors_headers(response).prepare(request)
             else:
                 chunk = separator + chunk
             await response.write(chunk.encode("utf-8"))
@@ -167,7 +168,7 @@ async def ia_cdx_handler(request: web.Request) -> web.StreamResponse:
         response.headers[ERRORS_HEADER] = errors_header_value(answer.errors)
     if answer.step is not None and collection.is_sequence:
         response.headers[STEP_HEADER] = answer.step.name
-    await response.prepare(request)
+    await add_cors_headers(response).prepare(request)
     if query.show_num_pages:
         await response.write_eof(f"{pages}\n".encode())
         return response

@@ -53,6 +53,7 @@ from aiohttp import web
 
 from gateway.aggregate import Collection, Lookup
 from gateway.api.common import ERRORS_HEADER, client_left, collection_for, errors_header_value
+from gateway.api.cors import add_cors_headers
 from gateway.api.replay import archived_response, replay_headers, unframe
 from gateway.api.resource import find_record
 from gateway.cdxj import CdxRecord
@@ -463,7 +464,7 @@ async def _send_memento(
     if has_body and not chunked and loaded.content_length is not None:
         size = loaded.content_length - len(loaded.warc_headers) - len(loaded.http_headers)
         response.content_length = max(size, 0)
-    await response.prepare(request)
+    await add_cors_headers(response).prepare(request)
     try:
         if has_body and request.method != "HEAD":
             async for chunk in body:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Final
 from urllib.parse import quote
 
 from aiohttp import web
@@ -36,6 +37,7 @@ from gateway.api.common import (
     errors_header_value,
     query_params,
 )
+from gateway.api.cors import add_cors_headers
 from gateway.api.index import send_index
 from gateway.cdxj import CdxRecord
 from gateway.eager import run_within
@@ -46,7 +48,7 @@ from gateway.postreq import end_to_end_headers, method_lookup_url, parse_wrapped
 from gateway.query import CaptureQuery, CdxFilter, key_range, parse_query
 
 __all__ = [
-    "add_post_routes",
+    "POST_ROUTES",
     "find_record",
     "post_index_handler",
     "post_resource_handler",
@@ -248,7 +250,7 @@ async def _stream_record(
     whole: bytes | memoryview | None,
 ) -> web.StreamResponse:
     """The streamed part of :func:`send_record`."""
-    await response.prepare(request)
+    await add_cors_headers(response).prepare(request)
     if request.method == "HEAD":
         await response.write_eof()
         return response
@@ -383,12 +385,13 @@ async def post_index_handler(request: web.Request) -> web.StreamResponse:
     return await send_index(request, collection, query)
 
 
-def add_post_routes(router: web.UrlDispatcher) -> None:
-    """Register the post-request routes and the direct POST routes on ``router``."""
-    router.add_post("/{coll}/resource/postreq", postreq_resource_handler)
-    router.add_post("/{coll}/postreq/resource", postreq_resource_handler)
-    router.add_post("/{coll}/resource-post", postreq_resource_handler)
-    router.add_post("/{coll}/index/postreq", postreq_index_handler)
-    router.add_post("/{coll}/postreq/index", postreq_index_handler)
-    router.add_post("/{coll}/resource", post_resource_handler)
-    router.add_post("/{coll}/index", post_index_handler)
+#: The post-request routes and the direct POST routes, as ``(method, path, handler)``.
+POST_ROUTES: Final = (
+    ("POST", "/{coll}/resource/postreq", postreq_resource_handler),
+    ("POST", "/{coll}/postreq/resource", postreq_resource_handler),
+    ("POST", "/{coll}/resource-post", postreq_resource_handler),
+    ("POST", "/{coll}/index/postreq", postreq_index_handler),
+    ("POST", "/{coll}/postreq/index", postreq_index_handler),
+    ("POST", "/{coll}/resource", post_resource_handler),
+    ("POST", "/{coll}/index", post_index_handler),
+)

@@ -9,6 +9,7 @@ import pytest
 from tests.conftest import MakeClient
 
 PRINT_CSS = "http://www.iana.org/_css/2013.1/print.css"
+BOLD_TTF = "http://www.iana.org/_css/2013.1/fonts/OpenSans-Bold.ttf"  # 225 KB: streamed
 
 
 @pytest.mark.parametrize(
@@ -18,9 +19,12 @@ PRINT_CSS = "http://www.iana.org/_css/2013.1/print.css"
         (f"/iana/timemap/link/{PRINT_CSS}", 200),
         (f"/iana/20140126200625id_/{PRINT_CSS}", 200),
         (f"/iana/index?url={PRINT_CSS}", 200),
+        (f"/iana/cdx?url={PRINT_CSS}", 200),
         (f"/iana/resource?url={PRINT_CSS}", 200),
+        (f"/iana/resource?url={BOLD_TTF}", 200),
         ("/iana/index?url=iana.org&limit=abc", 400),
         ("/nope/index?url=iana.org", 404),
+        ("/iana/no-such-api", 404),
     ],
 )
 async def test_cors_headers_on_every_answer(
@@ -57,3 +61,14 @@ async def test_cors_preflight(make_client: MakeClient, sample_yaml: str) -> None
     assert unknown.status == 404
     assert unknown.headers["Access-Control-Allow-Origin"] == "*"
     assert json.loads(await unknown.read())["message"]
+
+
+async def test_a_method_a_path_does_not_take_is_a_json_405(
+    make_client: MakeClient, sample_yaml: str
+) -> None:
+    client = await make_client(sample_yaml)
+    resp = await client.delete("/iana/index?url=iana.org")
+    assert resp.status == 405
+    assert set(resp.headers["Allow"].split(",")) == {"GET", "HEAD", "POST"}
+    assert resp.headers["Access-Control-Allow-Origin"] == "*"
+    assert "DELETE /iana/index" in (await resp.json())["message"]

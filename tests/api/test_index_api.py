@@ -257,6 +257,7 @@ async def test_long_answers_stream_and_short_ones_go_in_one_piece(
     )
     assert whole.status == 200
     assert whole.headers.get("Transfer-Encoding") == "chunked"
+    assert whole.headers["Access-Control-Allow-Origin"] == "*"  # set before it streamed
     text = await whole.text()
     one = await client.get("/big/index", params={"url": "example.com/p000007", "output": output})
     assert one.headers["Content-Length"] == str(len(await one.read()))
