@@ -217,10 +217,19 @@ def http_get(port: int, path: str, timeout_s: float = 5.0) -> tuple[int, bytes] 
 class Server:
     """A child process in its own process group, output to log files in ``workdir``."""
 
-    def __init__(self, name: str, argv: Sequence[str], workdir: Path, port: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        workdir: Path,
+        port: int,
+        *,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    ) -> None:
         self.name = name
         self.port = port
         self.argv = list(argv)
+        self.startup_timeout_s = startup_timeout_s
         self.log_path = workdir / f"{name}.log"
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_ROOT)
@@ -246,7 +255,7 @@ class Server:
 
     def wait_ready(self, ready: Callable[[int], bool]) -> None:
         """Wait until ``ready(port)``; raise RuntimeError with the log when it never is."""
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 break
@@ -270,25 +279,42 @@ class Server:
                 self.proc.wait(timeout=STOP_TIMEOUT_S)
 
 
-def start_gateway(config_yaml: str, workdir: Path, name: str = "gateway") -> Server:
-    """``python -m gateway.cli serve`` on a free port; ready when ``/_health`` answers 200."""
+def start_gateway(
+    config_yaml: str,
+    workdir: Path,
+    name: str = "gateway",
+    *,
+    prefix: Sequence[str] = (),
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
+) -> Server:
+    """``python -m gateway.cli serve`` on a free port; ready when ``/_health`` answers 200.
+
+    ``prefix`` is put before the command (``valgrind --tool=callgrind ...``).
+    """
     config = workdir / f"{name}.yaml"
     config.write_text(config_yaml, "utf-8")
     port = free_port()
-    argv = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+    argv = [*prefix, sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
     argv += ["--host", HOST, "--port", str(port)]
-    server = Server(name, argv, workdir, port)
+    server = Server(name, argv, workdir, port, startup_timeout_s=startup_timeout_s)
     server.wait_ready(lambda p: (http_get(p, "/_health") or (0, b""))[0] == 200)
     return server
 
 
 def start_pywb(
-    config: dict[str, object], workdir: Path, *, nodelay: bool = True, name: str = "pywb"
+    config: dict[str, object],
+    workdir: Path,
+    *,
+    nodelay: bool = True,
+    name: str = "pywb",
+    prefix: Sequence[str] = (),
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
 ) -> Server:
     """pywb 2.10 ``WarcServer`` on a free port; ready when ``/`` lists every collection.
 
-    ``config`` is pywb's config.yaml as a dict (written as JSON, which is YAML).
-    Raises RuntimeError when the pywb peer is not installed.
+    ``config`` is pywb's config.yaml as a dict (written as JSON, which is YAML);
+    ``prefix`` is put before the command. Raises RuntimeError when the pywb
+    peer is not installed.
     """
     if not PYWB_PYTHON.exists():
         raise RuntimeError(f"pywb peer missing at {PYWB_PYTHON}: run bash scripts/install-peers")
@@ -298,8 +324,8 @@ def start_pywb(
     config_path.write_text(json.dumps(config, indent=2) + "\n", "utf-8")
     port = free_port()
     mode = "nodelay" if nodelay else "stock"
-    argv = [str(PYWB_PYTHON), str(launcher), str(config_path), str(port), mode]
-    server = Server(name, argv, workdir, port)
+    argv = [*prefix, str(PYWB_PYTHON), str(launcher), str(config_path), str(port), mode]
+    server = Server(name, argv, workdir, port, startup_timeout_s=startup_timeout_s)
     colls = config.get("collections")
     wanted = [f"/{c}" for c in colls] if isinstance(colls, dict) else []
 

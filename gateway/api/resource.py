@@ -269,7 +269,7 @@ async def _stream_record(
                 pending = chunk
     except LoadError as exc:
         # The status line is out: no error answer is possible any more (the
-        # error middleware's would land inside this body). Close the
+        # route wrapper's would land inside this body). Close the
         # connection, so the client sees a short body, not a complete one.
         logger.error(
             "%s %s: record failed after the answer started, closing the connection: %s",
