@@ -27,9 +27,11 @@ port, in its own temporary directory, and is stopped in teardown):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.client
 import json
+import logging
 import os
 import shutil
 import signal
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
@@ -77,6 +80,38 @@ def make_client(aiohttp_client: Callable[..., Awaitable[TestClient]]) -> MakeCli
         return await aiohttp_client(create_app(parse_config(yaml_text)))
 
     return make
+
+
+async def leave_mid_answer(
+    yaml_text: str, target: str, caplog: pytest.LogCaptureFixture, *, expect_log: str
+) -> None:
+    """GET ``target`` from a gateway on 127.0.0.1, read 64 KiB of a 200 answer and
+    abort the connection; wait (up to 10 s) until ``expect_log`` is logged.
+
+    The answer must be larger than the socket buffers hold, so that the
+    server is still writing when the client goes away. Asserts the log line
+    appeared and that nothing was logged at ERROR or above.
+    """
+    runner = web.AppRunner(create_app(parse_config(yaml_text)))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        with caplog.at_level(logging.DEBUG):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+            await reader.read(65536)
+            writer.transport.abort()  # gone, without reading the rest
+            for _ in range(200):
+                if expect_log in caplog.text:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        await runner.cleanup()
+    assert expect_log in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def free_port() -> int:

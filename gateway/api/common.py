@@ -86,8 +86,9 @@ def capture_query(request: web.Request) -> CaptureQuery:
 def client_left(request: web.Request) -> None:
     """Note at DEBUG level that the client closed the connection mid-answer.
 
-    A streaming handler catches the ``ConnectionResetError`` of its writes,
-    calls this and returns its prepared response: aiohttp then ends the
+    A streaming handler catches the ``ConnectionError`` of its writes (a
+    reset while writing, or "Connection lost" while waiting for the socket
+    buffer to drain), calls this and returns its prepared response: aiohttp then ends the
     exchange quietly instead of logging a traceback at ERROR for a client
     that merely went away.
     """

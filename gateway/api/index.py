@@ -128,7 +128,7 @@ async def send_index(
         if pieces:
             tail = separator + tail
         await response.write_eof((tail + terminator).encode("utf-8"))
-    except ConnectionResetError:
+    except ConnectionError:
         client_left(request)
     finally:
         await answer.aclose()
@@ -182,6 +182,6 @@ async def ia_cdx_handler(request: web.Request) -> web.StreamResponse:
                 await response.write("".join(buffer).encode("utf-8"))
                 buffer, size = [], 0
         await response.write_eof("".join(buffer).encode("utf-8"))
-    except ConnectionResetError:
+    except ConnectionError:
         client_left(request)
     return response

@@ -470,7 +470,7 @@ async def _send_memento(
             async for chunk in body:
                 await response.write(chunk)
         await response.write_eof()
-    except ConnectionResetError:
+    except ConnectionError:
         client_left(request)
     return response
 

@@ -235,7 +235,7 @@ async def send_record(
         response = web.StreamResponse(headers=headers)
         try:
             return await _stream_record(request, response, loaded, head, whole)
-        except ConnectionResetError:
+        except ConnectionError:
             client_left(request)
             return response
     finally:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import shutil
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
-from gateway.app import create_app
-from gateway.config import parse_config
-from tests.conftest import MakeClient
+from tests.conftest import MakeClient, leave_mid_answer
 
 # pywb 2.10 warcserver, /pywb/index?url=iana.org over the same files (FIELD-NOTES).
 PYWB_IANA = [
@@ -286,27 +281,9 @@ async def test_a_client_leaving_mid_answer_is_not_an_error(
     # ~40 MB of answer: more than the socket buffers hold, so the server is
     # still writing when the client goes away.
     big = _long_index(tmp_path / "big.cdxj", 200_000)
-    app = create_app(parse_config(f"collections:\n  big:\n    index: {big}\n"))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        with caplog.at_level(logging.DEBUG):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(
-                b"GET /big/index?url=example.com/&matchType=prefix HTTP/1.1\r\n"
-                b"Host: 127.0.0.1\r\n\r\n"
-            )
-            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
-            await reader.read(65536)
-            writer.transport.abort()  # gone, without reading the rest
-            for _ in range(200):
-                if "client left during GET /big/index" in caplog.text:
-                    break
-                await asyncio.sleep(0.05)
-    finally:
-        await runner.cleanup()
-    assert "client left during GET /big/index" in caplog.text
-    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    await leave_mid_answer(
+        f"collections:\n  big:\n    index: {big}\n",
+        "/big/index?url=example.com/&matchType=prefix",
+        caplog,
+        expect_log="client left during GET /big/index",
+    )

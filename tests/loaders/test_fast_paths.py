@@ -10,8 +10,9 @@
 - a record read and inflated at once is offered whole
   (:meth:`LoadedRecord.body_in_memory`), others stream, with the same bytes;
 - the Resource API sends the same bytes and headers whichever way the record
-  goes out (one response, two writes, or streamed), HEAD included, and a
-  truncated record aborts the response.
+  goes out (one response, two writes, or streamed), HEAD included, a
+  truncated record aborts the response, and a client leaving mid-record is
+  not an error.
 """
 
 from __future__ import annotations
@@ -26,14 +27,16 @@ from pathlib import Path
 import aiohttp
 import pytest
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
+from warcio.warcwriter import WARCWriter
 
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
+from gateway.indexer import write_cdxj_index
 from gateway.loaders.base import FindOriginal
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.loaders.warc_headers import RECORD_LOADER, HeaderWindow, block_bytes
 from gateway.memento import iso_to_timestamp, timestamp_to_http_date
-from tests.conftest import MakeClient
+from tests.conftest import MakeClient, leave_mid_answer
 from tests.loaders.conftest import capture, context, load_all
 
 _PARSERS = {
@@ -330,3 +333,28 @@ async def test_a_truncated_record_aborts_the_response(
     assert response.status == 200
     with pytest.raises(aiohttp.ClientPayloadError):
         await response.read()
+
+
+async def test_a_client_leaving_mid_record_is_not_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A 32 MB record (40 KB of gzip): more than the socket buffers hold, so the
+    # server is still writing when the client goes away.
+    warc = tmp_path / "big.warc.gz"
+    with warc.open("wb") as out:
+        writer = WARCWriter(out, gzip=True)
+        http = StatusAndHeaders("200 OK", [("Content-Type", "text/plain")], protocol="HTTP/1.1")
+        payload = b"x" * (32 * 1024 * 1024)
+        record = writer.create_warc_record(
+            "http://example.com/big", "response", payload=io.BytesIO(payload), http_headers=http
+        )
+        writer.write_record(record)
+        record.raw_stream.close()  # warcio spooled the payload to a temporary file
+    with (tmp_path / "big.cdxj").open("w") as index:
+        write_cdxj_index([warc], index)
+    await leave_mid_answer(
+        _config(tmp_path / "big.cdxj", tmp_path),
+        "/iana/resource?url=http://example.com/big",
+        caplog,
+        expect_log="client left during GET /iana/resource",
+    )
