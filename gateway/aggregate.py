@@ -15,7 +15,8 @@ A group of one member streams its answer instead (the deadline covers the
 first record). A :class:`Step` is a group plus its resource loaders; a
 :class:`Collection` is a list of steps tried in order (pywb ``sequence``;
 unlike pywb, an empty or failed step falls through to the next for the Index
-API too).
+API too). When no step has a capture of an exact lookup, the collection's
+fuzzy rules may widen it (:func:`fuzzy_lookup`, :mod:`gateway.fuzzy`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from gateway.errors import (
     SourceSkipped,
     SourceUnavailable,
 )
+from gateway.fuzzy import FUZZY_FIELD, FuzzyRules, Widened
 from gateway.loaders.base import ResourceLoader
 from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource
@@ -45,7 +47,7 @@ from gateway.sources.base import IndexSource
 if TYPE_CHECKING:
     from gateway.recording import Recorder
 
-__all__ = ["Breaker", "Collection", "IndexGroup", "Lookup", "Step"]
+__all__ = ["Breaker", "Collection", "IndexGroup", "Lookup", "Step", "fuzzy_lookup"]
 
 logger = logging.getLogger(__name__)
 
@@ -382,11 +384,20 @@ class Step:
 
 @dataclass(slots=True)
 class Collection:
-    """A named collection: steps tried in order (one step when not a ``sequence``)."""
+    """A named collection: steps tried in order (one step when not a ``sequence``).
+
+    ``fuzzy`` holds the rules that widen an empty exact lookup
+    (:mod:`gateway.fuzzy`); None turns fuzzy matching off.
+    """
 
     name: str
     steps: list[Step]
     is_sequence: bool = False
+    fuzzy: FuzzyRules | None = None
+
+    def widen(self, query: CaptureQuery) -> Widened | None:
+        """The fuzzy lookup to try when ``query`` found nothing in any step, if any."""
+        return self.fuzzy.widen(query) if self.fuzzy is not None else None
 
     async def lookup(self, query: CaptureQuery) -> tuple[Step | None, Lookup]:
         """The first step whose answer is not empty, and that answer.
@@ -395,7 +406,9 @@ class Collection:
         step answered and every source of every step failed, raises
         :class:`AllSourcesFailed` (HTTP 503) instead of claiming "no captures".
         A step that is empty or failed falls through to the next (unlike pywb,
-        whose Index API stops at the first step of a sequence).
+        whose Index API stops at the first step of a sequence). When no step
+        has a capture, the steps are asked again, in order, for the fuzzy
+        lookup (:meth:`widen`); its captures carry ``is_fuzzy``.
         """
         errors: dict[str, str] = {}
         outcomes: dict[str, str] = {}
@@ -415,8 +428,72 @@ class Collection:
                 "this is not an empty answer, retry later",
                 errors,
             )
+        widened = self.widen(query)
+        if widened is not None:
+            for step in self.steps:
+                answer = await fuzzy_lookup(step.index, widened)
+                errors.update(answer.errors)
+                if answer.first is not None:
+                    answer.errors = errors
+                    answer.outcomes = outcomes
+                    return step, answer
         return None, Lookup(cdxops.RecordList(), errors, outcomes=outcomes)
 
     async def aclose(self) -> None:
         for step in self.steps:
             await step.aclose()
+
+
+async def fuzzy_lookup(index: IndexGroup, widened: Widened) -> Lookup:
+    """``index``'s answer to a widened lookup: the captures ``widened`` accepts.
+
+    At most the original query's limit of them, each marked ``is_fuzzy: "1"``
+    (pywb ``FuzzyMatcher.get_fuzzy_iter``). ``first`` is None when none is
+    accepted; errors and outcomes are the widened lookup's.
+    """
+    answer = await index.lookup(widened.query)
+    if answer.first is None:
+        return answer
+    accepted = _Accepted(answer, widened)
+    try:
+        first = await anext(accepted, None)
+    except BaseException:
+        await answer.aclose()
+        raise
+    if first is None:
+        await answer.aclose()
+    return Lookup(
+        accepted,
+        answer.errors,
+        first=first,
+        outcomes=answer.outcomes,
+        streamed_from=answer.streamed_from,
+    )
+
+
+class _Accepted:
+    """The captures of a widened answer that stand in for the original URL."""
+
+    __slots__ = ("_answer", "_left", "_records", "_widened")
+
+    def __init__(self, answer: Lookup, widened: Widened) -> None:
+        self._answer = answer
+        self._records = aiter(answer)
+        self._widened = widened
+        self._left = widened.original.limit
+
+    def __aiter__(self) -> _Accepted:
+        return self
+
+    async def __anext__(self) -> CdxRecord:
+        if self._left > 0:
+            async for capture in self._records:
+                if self._widened.accepts(capture):
+                    self._left -= 1
+                    capture.fields[FUZZY_FIELD] = "1"
+                    return capture
+            self._left = 0
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        await self._answer.aclose()

@@ -99,7 +99,7 @@ def build_collection(config: CollectionConfig, clients: SharedClients) -> Collec
                 skip_if_updated_days=step_config.skip_if_updated_days,
             )
         steps.append(Step(step_config.name, group, loaders, recorder, step_config.load_timeout_s))
-    return Collection(config.name, steps, is_sequence=config.is_sequence)
+    return Collection(config.name, steps, is_sequence=config.is_sequence, fuzzy=config.fuzzy)
 
 
 def build_collections(config: GatewayConfig, clients: SharedClients) -> dict[str, Collection]:

@@ -94,6 +94,8 @@ def _check_config(args: argparse.Namespace) -> int:
     for name, collection in collections.items():
         kind = "sequence" if collection.is_sequence else "collection"
         print(f"{name} ({kind})")
+        fuzzy = collection.fuzzy.describe() if collection.fuzzy is not None else "off"
+        print(f"  fuzzy matching: {fuzzy}")
         for step in collection.steps:
             print(f"  step {step.name} (timeout {step.index.timeout_s:g} s)")
             for member, description in step.index.describe_members():

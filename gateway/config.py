@@ -1,7 +1,8 @@
 """The collection schema: collections.yaml -> frozen, typed config objects.
 
-This is the only module that reads YAML (``yaml.safe_load``). It follows
-pywb's distributed archive config::
+This module reads the config's YAML (``yaml.safe_load``; a fuzzy rules file
+named by ``fuzzy:`` is read by :mod:`gateway.fuzzy`). It follows pywb's
+distributed archive config::
 
     collections:
       web: ./archive/indexes/                # shorthand: an index source
@@ -19,6 +20,7 @@ pywb's distributed archive config::
             index: ./indexes/
             resource: ./warcs/
           - index_group: {...}
+        fuzzy: false                         # or a pywb rules.yaml; default true
 
 A source spec is a shorthand string (selected by prefix: ``file://``,
 ``redis://``, ``memento+``, ``cdx+``, ``$live``; a plain path is a file or
@@ -42,6 +44,7 @@ import yaml
 
 from gateway.clients import ClientSettings
 from gateway.errors import ConfigError
+from gateway.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules
 from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_kind_for_shorthand
 from gateway.sources import SOURCE_TYPES
 from gateway.store.settings import DedupPolicy, StoreSettings
@@ -110,6 +113,8 @@ class CollectionConfig:
     is_sequence: bool
     #: Dedup policy for captures this collection records (None: the store's).
     dedup: DedupPolicy | None = None
+    #: Fuzzy matching rules (``fuzzy:``; None: off).
+    fuzzy: FuzzyRules | None = DEFAULT_RULES
 
     @property
     def records(self) -> bool:
@@ -234,6 +239,7 @@ def _collection(name: str, value: object, path: str) -> CollectionConfig:
         )
         return CollectionConfig(name=name, steps=(step,), is_sequence=False)
     data = dict(_mapping(value, path))
+    fuzzy = _fuzzy(data.pop("fuzzy", True), f"{path}.fuzzy")
     dedup = data.pop("dedup", None)
     if dedup is not None and dedup not in _DEDUP_POLICIES:
         raise ConfigError(f"{path}.dedup", f"{dedup!r} is not one of {', '.join(_DEDUP_POLICIES)}")
@@ -254,11 +260,26 @@ def _collection(name: str, value: object, path: str) -> CollectionConfig:
                 raise ConfigError(f"{step_path}.name", f"duplicate step name {step_name!r}")
             names.add(step_name)
             steps.append(_step(step_name, step_map, step_path))
-        return CollectionConfig(name=name, steps=tuple(steps), is_sequence=True, dedup=dedup)
+        return CollectionConfig(
+            name=name, steps=tuple(steps), is_sequence=True, dedup=dedup, fuzzy=fuzzy
+        )
     if "name" in data:
         raise ConfigError(f"{path}.name", "unknown key; 'name' belongs to sequence steps")
     return CollectionConfig(
-        name=name, steps=(_step(name, data, path),), is_sequence=False, dedup=dedup
+        name=name, steps=(_step(name, data, path),), is_sequence=False, dedup=dedup, fuzzy=fuzzy
+    )
+
+
+def _fuzzy(value: object, path: str) -> FuzzyRules | None:
+    """``fuzzy: true`` (the default rules), ``false``, or a pywb-format rules file."""
+    if value is True:
+        return DEFAULT_RULES
+    if value is False:
+        return None
+    if isinstance(value, str) and value:
+        return load_rules(value, path)
+    raise ConfigError(
+        path, f"expected true, false or the path of a pywb-format rules file, got {value!r}"
     )
 
 

@@ -5,7 +5,8 @@ Parameter semantics follow pywb's warcserver (``CDXQuery`` and
 ``matchType`` exact|prefix|host|domain, ``closest`` (1 to 14 digits or
 ``now``), ``from``/``to`` padded to 14 digits down and up, ``limit``,
 ``sort=closest|reverse``, repeatable ``filter`` in pywb syntax
-``[!][=|~]field:value``, ``fl``/``fields`` and ``output``.
+``[!][=|~]field:value``, ``fl``/``fields``, ``output`` and ``allowFuzzy``
+(pywb's boolean: empty, 0, false, f and off turn fuzzy matching off).
 
 Every problem raises :class:`~gateway.errors.BadRequest` naming the parameter.
 """
@@ -183,6 +184,12 @@ class CaptureQuery:
     exclude_sources: bool = False
     #: Extra parameters passed to remote sources untouched (e.g. the method key).
     extra: Mapping[str, str] = field(default_factory=dict)
+    #: An empty exact answer may be widened by fuzzy matching (``allowFuzzy``,
+    #: on for API requests; lookups built in code never are).
+    allow_fuzzy: bool = False
+    #: This lookup is a widened one (:mod:`gateway.fuzzy`): sources that cannot
+    #: widen a lookup (Memento, live) answer it with nothing, as pywb's do.
+    fuzzy: bool = False
 
     @classmethod
     def for_url(
@@ -210,6 +217,14 @@ class CaptureQuery:
     def evolve(self, **changes: object) -> CaptureQuery:
         """A copy with ``changes`` applied (``dataclasses.replace``)."""
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _flag(params: Mapping[str, Sequence[str]], name: str, *, default: bool) -> bool:
+    """pywb ``to_bool``: absent is ``default``; empty, 0, false, f and off are false."""
+    text = _one(params, name)
+    if text is None:
+        return default
+    return text.lower() not in ("", "0", "false", "f", "off")
 
 
 def _one(params: Mapping[str, Sequence[str]], name: str) -> str | None:
@@ -333,4 +348,5 @@ def parse_query(params: Mapping[str, Sequence[str]], *, url: str | None = None) 
         output=output,
         sources=sources,
         exclude_sources=exclude,
+        allow_fuzzy=_flag(params, "allowFuzzy", default=True),
     )

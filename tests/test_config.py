@@ -147,6 +147,10 @@ def test_check_config_prints_the_tree(sample_dir: Path, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "pywb (collection)" in result.stdout
+    assert (
+        "  fuzzy matching: on: 0 site rule(s) with the generic rule, 6 normalization(s), "
+        "at most 100 candidates per lookup\n"
+    ) in result.stdout
     assert "index pywb:" in result.stdout
     assert "resource:" in result.stdout
 

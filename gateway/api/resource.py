@@ -15,7 +15,10 @@ headers:
   before the one served (documented in the README).
 
 When nothing loads the answer is 404 with every failure in the JSON body
-(503 when every source failed).
+(503 when every source failed). An exact lookup with no captures at all is
+retried as the collection's fuzzy lookup (:mod:`gateway.fuzzy`): the record
+served is then another URL's, and its ``Warcserver-Cdx`` line says
+``"is_fuzzy": "1"``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from gateway.aggregate import Collection, Step
+from gateway.aggregate import Collection, Step, fuzzy_lookup
 from gateway.api.common import (
     ERRORS_HEADER,
     STEP_HEADER,
@@ -42,6 +45,7 @@ from gateway.api.index import send_index
 from gateway.cdxj import CdxRecord
 from gateway.eager import run_within
 from gateway.errors import AllSourcesFailed, BadRequest, LoadError, NotFound
+from gateway.fuzzy import Widened
 from gateway.loaders.base import LoadContext, LoadedRecord, WrappedRequest
 from gateway.memento import iso_to_timestamp, link_value, timestamp_to_http_date
 from gateway.postreq import end_to_end_headers, method_lookup_url, parse_wrapped_request
@@ -99,38 +103,24 @@ async def find_record(
     """Look up ``query`` step by step and load the first capture that loads.
 
     A step whose captures all fail to load falls through to the next step
-    (pywb ``HandlerSeq``). Returns the step, the loaded record (the caller
+    (pywb ``HandlerSeq``). When no step has a capture at all, the steps are
+    tried again with the collection's fuzzy lookup (pywb ``FuzzyMatcher``;
+    :mod:`gateway.fuzzy`). Returns the step, the loaded record (the caller
     must ``aclose`` it) and the failures met on the way. Raises
     :class:`NotFound` (404) listing every failure when no capture loads, or
     :class:`AllSourcesFailed` (503) when every source of every step failed.
     """
     errors: dict[str, str] = {}
-    failed_all = True
-    tried_any = False
-    for step in collection.steps:
-        ctx = LoadContext(
-            request_url=query.url,
-            find_original=_OriginalFinder(step),
-            request=request or WrappedRequest(),
-        )
-        if step.recorder is not None and step.recorder.skip_if_updated_days is not None:
-            recent = await step.recorder.recent(query.url, ctx)
-            if recent is not None:
-                return step, recent, errors
-        answer = await step.index.lookup(query)
-        errors.update(answer.errors)
-        failed_all = failed_all and answer.failed_all
-        try:
-            async for capture in answer:
-                tried_any = True
-                loaded = await _load_capture(step, capture, ctx, errors)
-                if loaded is not None:
-                    if step.recorder is not None and step.recorder.wants(capture):
-                        loaded = step.recorder.wrap(loaded, ctx.request)
-                    return step, loaded, errors
-        finally:
-            await answer.aclose()
-    if failed_all and errors and not tried_any:
+    seen = _Seen()
+    context = request or WrappedRequest()
+    found = await _first_loadable(collection, query, context, errors, seen, None)
+    if found is None and not seen.captures and not (seen.failed_all and errors):
+        widened = collection.widen(query)
+        if widened is not None:
+            found = await _first_loadable(collection, query, context, errors, seen, widened)
+    if found is not None:
+        return found[0], found[1], errors
+    if seen.failed_all and errors and not seen.captures:
         raise AllSourcesFailed(
             f"every source of collection {collection.name!r} failed; "
             "this is not an empty answer, retry later",
@@ -138,10 +128,59 @@ async def find_record(
         )
     message = (
         f"no capture of {query.url} could be loaded"
-        if tried_any
+        if seen.captures
         else f"no captures of {query.url} in collection {collection.name!r}"
     )
     raise NotFound(message, errors)
+
+
+class _Seen:
+    """What :func:`_first_loadable` met: any capture, and whether every source failed."""
+
+    __slots__ = ("captures", "failed_all")
+
+    def __init__(self) -> None:
+        self.captures = False
+        self.failed_all = True
+
+
+async def _first_loadable(
+    collection: Collection,
+    query: CaptureQuery,
+    request: WrappedRequest,
+    errors: dict[str, str],
+    seen: _Seen,
+    widened: Widened | None,
+) -> tuple[Step, LoadedRecord] | None:
+    """The first capture that loads, step by step, for ``query`` or its ``widened`` form."""
+    for step in collection.steps:
+        ctx = LoadContext(
+            request_url=query.url,
+            find_original=_OriginalFinder(step),
+            request=request,
+        )
+        if widened is None:
+            recorder = step.recorder
+            if recorder is not None and recorder.skip_if_updated_days is not None:
+                recent = await recorder.recent(query.url, ctx)
+                if recent is not None:
+                    return step, recent
+            answer = await step.index.lookup(query)
+        else:
+            answer = await fuzzy_lookup(step.index, widened)
+        errors.update(answer.errors)
+        seen.failed_all = seen.failed_all and answer.failed_all
+        try:
+            async for capture in answer:
+                seen.captures = True
+                loaded = await _load_capture(step, capture, ctx, errors)
+                if loaded is not None:
+                    if step.recorder is not None and step.recorder.wants(capture):
+                        loaded = step.recorder.wrap(loaded, ctx.request)
+                    return step, loaded
+        finally:
+            await answer.aclose()
+    return None
 
 
 async def _load_capture(

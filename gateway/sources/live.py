@@ -123,9 +123,10 @@ class LiveSource:
     async def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
         """Yield one capture of ``query.url`` now for an exact lookup, else nothing.
 
+        A widened (fuzzy) lookup gets nothing, as from pywb's ``LiveIndexSource``.
         Never fails and never touches the network.
         """
-        if query.match_type != "exact" or not query.key < query.end_key:
+        if query.match_type != "exact" or query.fuzzy or not query.key < query.end_key:
             return
         url = with_scheme(query.url)
         if urlsplit(url).scheme.lower() not in ALLOWED_SCHEMES:

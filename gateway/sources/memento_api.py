@@ -131,8 +131,11 @@ class MementoSource:
         """Yield the captures of ``query.url`` sorted by (urlkey, timestamp).
 
         Raises :class:`SourceUnavailable` or :class:`SourceBadAnswer` (module docstring).
+        A widened (fuzzy) lookup yields nothing: a TimeMap holds one URL's
+        mementos, so it cannot be searched by prefix (pywb's ``MementoIndexSource``
+        refuses it too).
         """
-        if query.key >= query.end_key:
+        if query.key >= query.end_key or query.fuzzy:
             return
         found: tuple[str, list[Memento]] | None = None
         if _timegate_suits(query):

@@ -5,10 +5,14 @@ cdxj/ directory), ``iana`` and ``example`` (single files), resources from
 warcs/. ``/index`` answers are compared line by line and ``/resource``
 answers byte by byte, plus the headers pywb sets.
 
+Fuzzy matching (an empty exact lookup widened, :mod:`gateway.fuzzy`) is
+compared too, on lookups that have no exact captures.
+
 Deliberate differences (README, "Deliberate differences from pywb") are not
-compared here: bad-input handling (400 vs pywb's 500), fuzzy matching (pywb
-rewrites some empty exact lookups; the queries below all have exact matches),
-the ``ResErrors`` header contents, and sequence/group tie rules.
+compared here: bad-input handling (400 vs pywb's 500), the ``ResErrors``
+header contents, sequence/group tie rules, and fuzzy answers to lookups with
+``closest`` or filters (pywb drops both from the widened lookup; a test below
+shows the gateway keeping ``closest``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.cdxj import CdxRecord
 from tests.conftest import MakeClient
 
 pytestmark = pytest.mark.peer
@@ -152,3 +157,80 @@ async def test_resource_answers_match_pywb_byte_by_byte(
             assert body == expected_body, (coll, params)
             assert {h: resp.headers.get(h) for h in compared} == expected_headers, (coll, params)
             assert resp.headers["Content-Length"] == str(len(body))
+
+
+CSS = "http://www.iana.org/_css/2013.1/screen.css"
+
+#: Exact lookups with no captures: pywb's generic fuzzy rule widens some of them.
+FUZZY_INDEX_QUERIES: list[tuple[str, dict[str, str]]] = [
+    # a file (it has an extension): the same path with any query
+    ("iana", {"url": f"{CSS}?_=1390766400"}),
+    ("iana", {"url": f"{CSS}?v=2", "output": "json"}),
+    ("iana", {"url": f"{CSS}?v=2", "output": "text"}),
+    ("iana", {"url": f"{CSS}?v=2", "output": "link"}),
+    ("iana", {"url": f"{CSS}?v=2", "limit": "3"}),
+    ("iana", {"url": "http://www.iana.org/_img/2013.1/iana-logo-header.svg?x"}),
+    # not a file: equal once cache busters and campaign arguments are removed
+    ("iana", {"url": "http://www.iana.org/about?utm_source=feed&utm_medium=rss"}),
+    ("pywb", {"url": "http://example.com/?example=1&fbclid=abc"}),
+    # nothing stands in for these (pywb compares a scheme-less URL as given)
+    ("iana", {"url": "http://www.iana.org/about/?x=1"}),
+    ("iana", {"url": "http://www.iana.org/domains?callback=jsonp12345"}),
+    ("iana", {"url": "http://www.iana.org/abou"}),
+    ("iana", {"url": "iana.org/_js/2013.1/iana.js?v=2"}),
+    ("iana", {"url": f"{CSS}?_=1390766400", "allowFuzzy": "0"}),
+    ("iana", {"url": f"{CSS}?_=1390766400", "allowFuzzy": "false"}),
+]
+
+
+async def test_fuzzy_index_answers_match_pywb_line_by_line(
+    make_client: MakeClient, sample_yaml: str, pywb_warcserver: str
+) -> None:
+    client = await make_client(sample_yaml)
+    fuzzy_answers = 0
+    async with aiohttp.ClientSession() as session:
+        for coll, params in FUZZY_INDEX_QUERIES:
+            expected = await _pywb(session, f"{pywb_warcserver}/{coll}/index", params)
+            resp = await client.get(f"/{coll}/index", params=params)
+            assert resp.status == 200, (coll, params, await resp.text())
+            got = await resp.text()
+            if params.get("output", "cdxj") == "cdxj":
+                assert _tie_groups(got) == _tie_groups(expected), (coll, params)
+            else:
+                assert got.splitlines() == expected.splitlines(), (coll, params)
+            fuzzy_answers += bool(got)
+    assert fuzzy_answers == 8  # the cases above that find something
+
+
+async def test_fuzzy_resource_answers_match_pywb_byte_by_byte(
+    make_client: MakeClient, sample_yaml: str, pywb_warcserver: str
+) -> None:
+    client = await make_client(sample_yaml)
+    async with aiohttp.ClientSession() as session:
+        for params in ({"url": f"{CSS}?_=1390766400"}, {"url": f"{CSS}?v=2"}):
+            async with session.get(f"{pywb_warcserver}/iana/resource", params=params) as ref:
+                assert ref.status == 200, params
+                expected_body = await ref.read()
+                expected_headers = {h: ref.headers.get(h) for h in HEADERS_COMPARED}
+            resp = await client.get("/iana/resource", params=params)
+            assert resp.status == 200, (params, await resp.text())
+            assert await resp.read() == expected_body, params
+            assert {h: resp.headers.get(h) for h in HEADERS_COMPARED} == expected_headers
+            assert '"is_fuzzy": "1"' in resp.headers["Warcserver-Cdx"]
+
+
+async def test_fuzzy_resource_keeps_closest_where_pywb_drops_it(
+    make_client: MakeClient, sample_yaml: str, pywb_warcserver: str
+) -> None:
+    params = {"url": f"{CSS}?_=1390766400", "closest": "20140126201250"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{pywb_warcserver}/iana/resource", params=params) as ref,
+    ):
+        assert ref.headers["Memento-Datetime"] == "Sun, 26 Jan 2014 20:06:25 GMT"
+    client = await make_client(sample_yaml)
+    resp = await client.get("/iana/resource", params=params)
+    assert resp.status == 200
+    # The closest capture (a revisit of the 20:06:25 response, served as its original).
+    assert resp.headers["Memento-Datetime"] == "Sun, 26 Jan 2014 20:12:48 GMT"
+    assert CdxRecord.parse(resp.headers["Warcserver-Cdx"]).timestamp == "20140126201248"

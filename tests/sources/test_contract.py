@@ -26,7 +26,10 @@ files, their hosts and domains, and URLs that are absent):
 ``failure``
     a broken source of the type (closed port, missing file, wrong data)
     raises the expected :class:`~gateway.errors.SourceError` subclass on
-    lookup, never an empty answer.
+    lookup, never an empty answer;
+``widened``
+    a widened (fuzzy) prefix lookup answers as the same lookup unflagged, or,
+    for the types in :data:`NOT_WIDENING`, with nothing.
 
 Adding a source type
 ====================
@@ -103,6 +106,9 @@ CHECKS: Final = (
     "aclose",
     "failure",
 )
+#: Source types that answer a widened (fuzzy) lookup with nothing, as pywb's
+#: Memento and live index sources do (gateway.fuzzy).
+NOT_WIDENING: Final = frozenset({"live", "memento"})
 #: The sample index files every parameter's source holds.
 CONTRACT_FILES: Final = ("iana.cdxj", "example.cdxj")
 #: URLs that are in neither file (still queried with every match type).
@@ -492,6 +498,25 @@ async def test_answers_hold_the_same_captures_as_a_linear_scan(
         assert identity(got) == identity(want), (query.match_type, query.url)
         total += len(got)
     assert total > 1000  # the queries really did find captures
+
+
+async def test_widened_lookups_answer_as_plain_ones_or_not_at_all(
+    source_under_test: Subject, contract_queries: list[CaptureQuery]
+) -> None:
+    subject = source_under_test
+    widens = subject.kind.source_type not in NOT_WIDENING
+    total = 0
+    for query in contract_queries:
+        if query.match_type != "prefix":
+            continue
+        got = await collect(subject.source, query.evolve(fuzzy=True))
+        want = await collect(subject.source, query) if widens else []
+        assert identity(got) == identity(want), query.url
+        total += len(got)
+    if widens:
+        assert total > 100  # the prefix lookups really did find captures
+    else:
+        assert total == 0
 
 
 async def test_answers_are_sorted_by_urlkey_then_timestamp(

@@ -78,6 +78,13 @@ async def test_non_exact_lookups_yield_nothing(match_type: str) -> None:
     assert await collect(source(), query) == []
 
 
+async def test_a_widened_fuzzy_lookup_yields_nothing_even_when_exact() -> None:
+    # As pywb's LiveIndexSource: the live web would "find" any URL a rule makes.
+    query = CaptureQuery.for_url("http://example.com/a")
+    assert len(await collect(source(), query)) == 1
+    assert await collect(source(), query.evolve(fuzzy=True)) == []
+
+
 @pytest.mark.parametrize("url", ["ftp://example.com/file", "file:///etc/passwd"])
 async def test_non_http_urls_yield_nothing(url: str) -> None:
     assert await collect(source(), CaptureQuery.for_url(url)) == []

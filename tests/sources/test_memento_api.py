@@ -246,6 +246,18 @@ async def test_a_prefix_or_domain_query_asks_about_its_url_only(
     assert await lookup(source, CaptureQuery(url=PAGE, key="b", end_key="a")) == []
 
 
+async def test_a_widened_fuzzy_lookup_asks_the_archive_nothing(
+    aiohttp_server: AiohttpServer, clients: SharedClients
+) -> None:
+    # A TimeMap holds one URL's mementos: it cannot stand in for a prefix
+    # search, so pywb's MementoIndexSource refuses fuzzy lookups too.
+    archive, source, _ = await archive_source(aiohttp_server, clients)
+    widened = query(PAGE, matchType="prefix").evolve(fuzzy=True)
+    assert await lookup(source, widened) == []
+    assert archive.requests == []
+    assert await lookup(source, query(PAGE, matchType="prefix")) != []
+
+
 async def test_id_memento_uris_are_loaded_as_they_are(
     aiohttp_server: AiohttpServer, clients: SharedClients
 ) -> None:
