@@ -39,6 +39,7 @@ __all__ = [
     "glob_escape",
     "is_wrong_type",
     "redact",
+    "server_and_key",
     "split_redis_url",
 ]
 
@@ -82,6 +83,26 @@ def split_redis_url(text: str) -> tuple[str, str]:
     if not db.isascii() or not db.isdigit():
         raise ValueError(f"{text!r}: database {db!r} is not a number; expected {_FORM}")
     return f"{scheme}{netloc}/{int(db)}", key
+
+
+def server_and_key(url: str, key: str, *, what: str, form: str) -> tuple[str, str]:
+    """The server URL and the key of a config's ``url`` and ``key`` entries.
+
+    The key is given once: at the end of ``url`` (``.../db/key``) or as
+    ``key`` (the same in both is accepted). ``what`` names the key's data type
+    and ``form`` the expected spelling, for the messages. Raises
+    :class:`ValueError` naming the problem.
+
+    >>> server_and_key("redis://127.0.0.1:6379/0", "pywb:cdxj", what="sorted-set", form="...")
+    ('redis://127.0.0.1:6379/0', 'pywb:cdxj')
+    """
+    server, url_key = split_redis_url(url)
+    if url_key and key and url_key != key:
+        raise ValueError(f"url {url!r} names key {url_key!r} but key is {key!r}; give the key once")
+    key = key or url_key
+    if not key:
+        raise ValueError(f"no {what} key in {url!r}; expected {form} or a key: entry")
+    return server, key
 
 
 def redact(server_url: str) -> str:

@@ -40,7 +40,7 @@ from gateway.redis_keys import (
     describe_failure,
     is_wrong_type,
     redact,
-    split_redis_url,
+    server_and_key,
 )
 
 if TYPE_CHECKING:
@@ -68,17 +68,9 @@ class RedisResolverConfig:
     key_cache_s: float = 5.0
 
     def __post_init__(self) -> None:
-        server, url_key = split_redis_url(self.url)
-        if url_key and self.key and url_key != self.key:
-            raise ValueError(
-                f"url {self.url!r} names key {url_key!r} but key is {self.key!r}; give the key once"
-            )
-        key = self.key or url_key
-        if not key:
-            raise ValueError(
-                f"no hash key in {self.url!r}; expected warc-index+redis://host:port/db/key "
-                "or a key: entry"
-            )
+        server, key = server_and_key(
+            self.url, self.key, what="hash", form="warc-index+redis://host:port/db/key"
+        )
         if self.key_cache_s < 0:
             raise ValueError(f"key_cache_s {self.key_cache_s}: expected 0 or more seconds")
         object.__setattr__(self, "url", server)

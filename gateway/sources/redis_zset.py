@@ -54,7 +54,7 @@ from gateway.redis_keys import (
     describe_failure,
     is_wrong_type,
     redact,
-    split_redis_url,
+    server_and_key,
 )
 from gateway.sources.base import IndexSource, SourceConfig
 
@@ -89,17 +89,9 @@ class RedisSourceConfig:
     key_cache_s: float = DEFAULT_KEY_CACHE_S
 
     def __post_init__(self) -> None:
-        server, url_key = split_redis_url(self.url)
-        if url_key and self.key and url_key != self.key:
-            raise ValueError(
-                f"url {self.url!r} names key {url_key!r} but key is {self.key!r}; give the key once"
-            )
-        key = self.key or url_key
-        if not key:
-            raise ValueError(
-                f"no sorted-set key in {self.url!r}; expected redis://host:port/db/key "
-                "or a key: entry"
-            )
+        server, key = server_and_key(
+            self.url, self.key, what="sorted-set", form="redis://host:port/db/key"
+        )
         if self.page_size < 1:
             raise ValueError(f"page_size {self.page_size}: expected at least 1")
         if self.key_cache_s < 0:
