@@ -4,20 +4,15 @@ Behaviour follows pywb's warcserver ``FileIndexSource`` (one file, read with
 ``pywb.utils.binsearch.iter_range``) and ``DirectoryIndexSource`` (every index
 file of one directory, named by its file name in the ``source`` field).
 
-A plain file is binary-searched in 8 KiB blocks exactly as pywb's
-``binsearch_offset`` does, with ``os.pread`` on one file descriptor per file
-(no shared seek position, so concurrent lookups never disturb each other).
-An exact lookup reads about ``log2(size / 8 KiB)`` probes of ~1 KiB (the
-top 255 probe results of each version of a file are remembered, as every
-lookup's search starts with them) plus 16 KiB for the final linear step, in
-which only the lines from the first one starting with the range's common
-prefix are split out (a few lines for an exact lookup): about 30 us of CPU
-in a 200 MB file (page-cached), plus ~1 us to parse each matching line (the
-JSON block is decoded only when a field is read; see
-:class:`~gateway.cdxj.CdxRecord`). Long ranges are read in chunks
-of up to 64 KiB and yielded record by record, never accumulated. The reads
-happen inline in the event loop ("a seek and a bounded read"), with a
-checkpoint (``await asyncio.sleep(0)``) after every 64 KiB read.
+Reading (:mod:`gateway.sources.cdxj_scan`): a plain file is binary-searched
+in 8 KiB blocks exactly as pywb's ``binsearch_offset`` does, with ``pread``
+on one file descriptor per version of the file. An exact lookup costs about
+30 us of CPU in a 200 MB file (page-cached), plus ~1 us to parse each
+matching line (the JSON block is decoded only when a field is read; see
+:class:`~gateway.cdxj.CdxRecord`). Long ranges are read in chunks of up to
+64 KiB and yielded record by record, never accumulated. The reads happen
+inline in the event loop ("a seek and a bounded read"), with a checkpoint
+(``await asyncio.sleep(0)``) after every 64 KiB read.
 
 Gzip-compressed files (detected by their magic bytes ``1f 8b``, whatever
 their name) cannot be binary-searched: every lookup decompresses from the
@@ -34,24 +29,34 @@ logs a WARNING naming the file and how to sort it.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import os
 import stat
 import time
 import zlib
-from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Generator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Self
 from urllib.parse import unquote
 
-from gateway.cdxj import CdxFormatError, CdxRecord
+from gateway.cdxj import CdxRecord
 from gateway.cdxops import LocalScan
 from gateway.clients import SharedClients
-from gateway.errors import SourceBadAnswer, SourceUnavailable
+from gateway.errors import SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource, SourceConfig
+from gateway.sources.cdxj_scan import (
+    CDX_HEADERS,
+    GZIP_MAGIC,
+    MAX_READ_BYTES,
+    Handle,
+    IndexFile,
+    encode_key,
+    merge_scans,
+    scan_file,
+    unavailable,
+)
 
 __all__ = [
     "INDEX_SUFFIXES",
@@ -67,19 +72,6 @@ logger = logging.getLogger(__name__)
 #: are served when configured as a file, not picked up from a directory).
 INDEX_SUFFIXES: Final = (".cdx", ".cdxj")
 
-#: Binary search granularity (pywb ``binsearch`` ``block_size``).
-_BLOCK_BYTES: Final = 8192
-#: First read of a binary-search probe; grown when a line is longer.
-_PROBE_BYTES: Final = 1024
-#: First read of the linear step after the binary search; then doubled up to the maximum.
-_FIRST_READ_BYTES: Final = 2 * _BLOCK_BYTES
-_MAX_READ_BYTES: Final = 64 * 1024
-#: Bytes read (or decompressed) between two event-loop checkpoints.
-_CHECKPOINT_BYTES: Final = 64 * 1024
-#: Largest decompressed piece produced from one gzip input chunk at a time.
-_GZIP_OUT_BYTES: Final = 256 * 1024
-_GZIP_MAGIC: Final = b"\x1f\x8b"
-_HEADERS: Final = (b" CDX", b"CDX ")
 #: A directory modified this recently may change again within the same mtime
 #: tick (coarse filesystem clocks, FAT's 2 s): its listing is not trusted.
 _RACY_NS: Final = 2_000_000_000
@@ -148,7 +140,7 @@ class CdxjFileSource:
     def __init__(self, path: str, *, name: str) -> None:
         self.name = name
         self.path = os.path.abspath(path)
-        self._file = _IndexFile(self.path, source=name)
+        self._file = IndexFile(self.path, source=name)
 
     @classmethod
     def from_config(cls, config: SourceConfig, *, name: str, clients: SharedClients) -> IndexSource:
@@ -184,7 +176,7 @@ class CdxjFileSource:
     def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
         """Records in ``[query.key, query.end_key)`` in file order (see class doc),
         as a :class:`~gateway.cdxops.LocalScan` (no await per record)."""
-        return LocalScan(self._scan(_encode(query.key), _encode(query.end_key)))
+        return LocalScan(self._scan(encode_key(query.key), encode_key(query.end_key)))
 
     def _scan(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:
         if key >= end:
@@ -192,9 +184,9 @@ class CdxjFileSource:
         try:
             handle = self._file.acquire()
         except OSError as exc:
-            raise _unavailable(self.name, self.path, exc) from exc
+            raise unavailable(self.name, self.path, exc) from exc
         try:
-            yield from _scan(handle, key, end, source=self.name, label=None)
+            yield from scan_file(handle, key, end, source=self.name, label=None)
         finally:
             handle.release()
 
@@ -232,7 +224,7 @@ class CdxjDirectorySource:
     def __init__(self, path: str, *, name: str) -> None:
         self.name = name
         self.path = os.path.abspath(path)
-        self._members: dict[str, _IndexFile] = {}
+        self._members: dict[str, IndexFile] = {}
         self._listing: tuple[int, int, int] | None = None
         self._racy = True
         self._closed = False
@@ -240,7 +232,7 @@ class CdxjDirectorySource:
     def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
         """Records in ``[query.key, query.end_key)`` by (urlkey, timestamp, file name),
         as a :class:`~gateway.cdxops.LocalScan` (no await per record)."""
-        return LocalScan(self._merged(_encode(query.key), _encode(query.end_key)))
+        return LocalScan(self._merged(encode_key(query.key), encode_key(query.end_key)))
 
     def _merged(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:
         if key >= end:
@@ -253,7 +245,7 @@ class CdxjDirectorySource:
             raise SourceUnavailable(
                 self.name, f"cannot list index directory {self.path}: {exc.strerror or exc}"
             ) from exc
-        handles: list[_Handle] = []
+        handles: list[Handle] = []
         scans: list[Generator[CdxRecord | None, None, None]] = []
         try:
             for file_name, member in members:
@@ -262,10 +254,10 @@ class CdxjDirectorySource:
                 except FileNotFoundError:
                     continue  # removed since the listing was read
                 except OSError as exc:
-                    raise _unavailable(self.name, member.path, exc) from exc
+                    raise unavailable(self.name, member.path, exc) from exc
                 handles.append(handle)
-                scans.append(_scan(handle, key, end, source=self.name, label=file_name))
-            yield from _merge_scans(scans)
+                scans.append(scan_file(handle, key, end, source=self.name, label=file_name))
+            yield from merge_scans(scans)
         finally:
             for scan in scans:
                 scan.close()
@@ -294,7 +286,7 @@ class CdxjDirectorySource:
     def __repr__(self) -> str:
         return f"CdxjDirectorySource({self.path!r}, name={self.name!r})"
 
-    def _current_members(self) -> list[tuple[str, _IndexFile]]:
+    def _current_members(self) -> list[tuple[str, IndexFile]]:
         st = os.stat(self.path)
         if not stat.S_ISDIR(st.st_mode):
             raise NotADirectoryError(20, "not a directory")
@@ -305,415 +297,13 @@ class CdxjDirectorySource:
             for file_name in _list_index_files(self.path):
                 member = previous.pop(file_name, None)
                 if member is None:
-                    member = _IndexFile(os.path.join(self.path, file_name), self.name)
+                    member = IndexFile(os.path.join(self.path, file_name), self.name)
                 self._members[file_name] = member
             for gone in previous.values():
                 gone.close()
             self._listing = listing
             self._racy = time.time_ns() - st.st_mtime_ns < _RACY_NS
         return list(self._members.items())
-
-
-# --------------------------------------------------------------------- files
-class _Handle:
-    """One open version of a file; closed once retired and no lookup uses it.
-
-    ``probes`` remembers what the binary search found at block starts (see
-    :func:`_search_offset`): every lookup walks the same first levels of the
-    search, so those reads are made once per version of the file.
-    """
-
-    __slots__ = ("fd", "gzip", "identity", "path", "probes", "retired", "size", "users", "warned")
-
-    def __init__(self, path: str, fd: int, identity: tuple[int, int, int, int], gz: bool) -> None:
-        self.path = path
-        self.fd = fd
-        self.identity = identity
-        self.size = identity[3]
-        self.gzip = gz
-        self.users = 0
-        self.retired = False
-        self.warned = False
-        self.probes: dict[int, tuple[bytes | None, bool]] = {}
-
-    def release(self) -> None:
-        self.users -= 1
-        if self.retired and self.users == 0:
-            os.close(self.fd)
-
-    def retire(self) -> None:
-        self.retired = True
-        if self.users == 0:
-            os.close(self.fd)
-
-
-class _IndexFile:
-    """Keeps the current :class:`_Handle` of one path, reopening it when the file changes."""
-
-    __slots__ = ("_closed", "_handle", "path", "source")
-
-    def __init__(self, path: str, source: str) -> None:
-        self.path = path
-        self.source = source
-        self._handle: _Handle | None = None
-        self._closed = False
-
-    def acquire(self) -> _Handle:
-        """The handle for the file as it is now; pair with ``release()``.
-
-        Raises OSError from the filesystem, SourceUnavailable after close().
-        """
-        if self._closed:
-            raise SourceUnavailable(self.source, f"index file {self.path} was closed")
-        st = os.stat(self.path)
-        identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-        handle = self._handle
-        if handle is None or handle.identity != identity:
-            if not stat.S_ISREG(st.st_mode):
-                raise IsADirectoryError(21, "not a regular file")
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                fst = os.fstat(fd)
-                magic = os.pread(fd, 2, 0)
-            except BaseException:
-                os.close(fd)
-                raise
-            identity = (fst.st_dev, fst.st_ino, fst.st_mtime_ns, fst.st_size)
-            if handle is not None:
-                handle.retire()
-            handle = self._handle = _Handle(self.path, fd, identity, magic == _GZIP_MAGIC)
-        handle.users += 1
-        return handle
-
-    def close(self) -> None:
-        self._closed = True
-        if self._handle is not None:
-            self._handle.retire()
-            self._handle = None
-
-
-# ------------------------------------------------------------------ scanning
-class _FormatProblem(Exception):
-    """A chunk reader found bytes it cannot split into lines (gzip errors, huge lines)."""
-
-    def __init__(self, where: str, reason: str) -> None:
-        super().__init__(f"{where}: {reason}")
-        self.where = where
-        self.reason = reason
-
-
-#: A line longer than this is reported as a bad answer instead of buffered.
-_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
-
-#: (position of the first line, lines without their newline, bytes read for them);
-#: the position is a byte offset for plain files, a 1-based line number for gzip.
-_Chunk = tuple[int, list[bytes], int]
-
-
-def _encode(key: str) -> bytes:
-    return key.encode("utf-8", "surrogatepass")
-
-
-def _common_prefix(first: bytes, second: bytes) -> bytes:
-    """The longest common prefix: every key in ``[first, second)`` starts with it.
-
-    >>> _common_prefix(b"org,iana)/", b"org,iana)/!"), _common_prefix(b"com,", b"com-")
-    (b'org,iana)/', b'com')
-    """
-    if second.startswith(first):  # an exact lookup: the range is key .. key + "!"
-        return first
-    size = min(len(first), len(second))
-    for index in range(size):
-        if first[index] != second[index]:
-            return first[:index]
-    return first[:size]
-
-
-def _unavailable(source: str, path: str, exc: OSError) -> SourceUnavailable:
-    if isinstance(exc, FileNotFoundError):
-        reason = f"index file {path} does not exist; restore it or fix the configured path"
-    else:
-        reason = f"cannot read index file {path}: {exc.strerror or exc}"
-    return SourceUnavailable(source, reason)
-
-
-def _probe(fd: int, size: int, offset: int, need: int) -> tuple[bytes | None, bool]:
-    """The first line that starts after the first newline at or after ``offset``.
-
-    Returns ``(line, whole)``: the line may be cut after ``need`` bytes
-    (enough to compare it with a key of that length), and ``whole`` says it
-    was not. ``(None, True)`` when no line starts there before end of file.
-    """
-    length = _PROBE_BYTES
-    while True:
-        data = os.pread(fd, length, offset)
-        eof = len(data) < length or offset + len(data) >= size
-        newline = data.find(b"\n")
-        if newline >= 0:
-            start = newline + 1
-            stop = data.find(b"\n", start)
-            if stop >= 0:
-                return data[start:stop], True
-            if len(data) - start >= need or eof:
-                return (data[start:], eof) if start < len(data) else (None, True)
-        elif eof:
-            return None, True
-        length *= 4
-
-
-#: Probe results kept per file version (the top of the search, which every lookup shares).
-_PROBES_KEPT: Final = 255
-#: Bytes of a probed line kept; a key that needs more of it probes again.
-_PROBE_KEPT_BYTES: Final = 512
-
-
-def _search_offset(handle: _Handle, key: bytes) -> int:
-    """pywb ``binsearch_offset``: a block start at or before the first line >= ``key``.
-
-    Every line up to the partial line at the returned offset sorts before
-    ``key`` (in a sorted file). Costs ``log2(size / 8 KiB)`` probes, of
-    which those at the top of the search (the same for every key) are
-    answered from ``handle.probes`` after the first lookups.
-    """
-    fd, size, probes = handle.fd, handle.size, handle.probes
-    need = len(key)
-    lo, hi = 0, size // _BLOCK_BYTES
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        kept = probes.get(mid)
-        if kept is not None and (kept[1] or len(kept[0] or b"") >= need):
-            line = kept[0]
-        else:
-            line, whole = _probe(fd, size, mid * _BLOCK_BYTES, need)
-            if len(probes) < _PROBES_KEPT or mid in probes:
-                # A cut line still orders every key no longer than what is kept of it.
-                if line is not None and len(line) > _PROBE_KEPT_BYTES:
-                    probes[mid] = (line[:_PROBE_KEPT_BYTES], False)
-                else:
-                    probes[mid] = (line, whole)
-        if line is not None and key > line:
-            lo = mid
-        else:
-            hi = mid
-    return lo * _BLOCK_BYTES
-
-
-def _plain_chunks(handle: _Handle, key: bytes, prefix: bytes) -> Generator[_Chunk, None, None]:
-    """Lines from the first that starts with ``prefix`` at or after the
-    binary-search block, in batches split as they are needed.
-
-    ``prefix`` is the common prefix of the range's bounds: every line of the
-    range starts with it, so the lines before its first occurrence are never
-    split into objects. Reads start at 16 KiB and double up to 64 KiB; a
-    batch holds 16 lines at first and grows, so an exact lookup splits a
-    handful of lines, not the whole read.
-    """
-    fd, size = handle.fd, handle.size
-    pos = _search_offset(handle, key)
-    buf = b""
-    buf_start = pos  # file offset of buf[0]
-    length = _FIRST_READ_BYTES
-    seeking = True
-    line_start = pos == 0  # buf starts at the start of a line
-    batch = 16
-    while pos < size:
-        data = os.pread(fd, min(length, size - pos), pos)
-        if not data:
-            break  # truncated since it was opened; the next lookup reopens it
-        pos += len(data)
-        length = min(2 * length, _MAX_READ_BYTES)
-        if not buf:
-            buf_start = pos - len(data)
-        buf += data
-        at_eof = pos >= size
-        if seeking:
-            if line_start and buf.startswith(prefix):
-                start = 0
-            else:
-                found = buf.find(b"\n" + prefix)
-                if found < 0:
-                    # No candidate yet: keep only the last, possibly partial, line.
-                    cut = buf.rfind(b"\n") + 1
-                    buf_start += cut
-                    buf = buf[cut:]
-                    line_start = line_start or cut > 0
-                    if len(buf) > _MAX_LINE_BYTES:
-                        raise _FormatProblem(f"byte {buf_start}", "line longer than 16 MiB")
-                    continue
-                start = found + 1
-            buf_start += start
-            buf = buf[start:]
-            seeking = False
-        while True:
-            lines = buf.split(b"\n", batch)
-            if len(lines) > batch:  # more lines follow in the unsplit tail
-                rest = lines.pop()
-            elif at_eof:
-                rest = b""
-            else:
-                rest = lines.pop()  # the partial last line, completed by the next read
-            used = len(buf) - len(rest)
-            if lines:
-                yield buf_start, lines, used
-            buf_start += used
-            buf = rest
-            batch = min(4 * batch, 4096)
-            if len(lines) < batch // 4 or not rest or b"\n" not in rest:
-                break
-        if len(buf) > _MAX_LINE_BYTES:
-            raise _FormatProblem(f"byte {buf_start}", "line longer than 16 MiB")
-
-
-def _gzip_chunks(handle: _Handle) -> Generator[_Chunk, None, None]:
-    """Lines of a gzip file (one or more members), decompressed from the start."""
-    fd, size = handle.fd, handle.size
-    inflater = zlib.decompressobj(wbits=31)
-    fed = False
-    pos = 0
-    pending = b""
-    buf = b""
-    line_number = 1
-    while True:
-        if not pending:
-            if pos >= size:
-                break
-            pending = os.pread(fd, min(_MAX_READ_BYTES, size - pos), pos)
-            if not pending:
-                break
-            pos += len(pending)
-        if inflater.eof:  # the previous member ended: another one follows
-            pending = pending.lstrip(b"\x00")  # tolerate zero padding after the last member
-            if not pending:
-                continue
-            inflater = zlib.decompressobj(wbits=31)
-        consumed_at = pos - len(pending)
-        try:
-            out = inflater.decompress(pending, _GZIP_OUT_BYTES)
-        except zlib.error as exc:
-            raise _FormatProblem(
-                f"compressed byte {consumed_at}",
-                f"corrupt gzip data ({exc}); check the file with 'gzip -t'",
-            ) from exc
-        fed = True
-        pending = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
-        buf += out
-        lines = buf.split(b"\n")
-        buf = lines.pop()
-        if len(buf) > _MAX_LINE_BYTES:
-            raise _FormatProblem(f"line {line_number + len(lines)}", "line longer than 16 MiB")
-        if lines:
-            yield line_number, lines, len(out)
-            line_number += len(lines)
-    if fed and not inflater.eof:
-        raise _FormatProblem(
-            f"compressed byte {pos}", "truncated gzip data; the file was cut short"
-        )
-    if buf:
-        yield line_number, [buf], len(buf)
-
-
-def _where(handle: _Handle, first: int, lines: list[bytes], index: int) -> str:
-    if handle.gzip:
-        return f"line {first + index}"
-    return f"byte {first + sum(len(line) + 1 for line in lines[:index])}"
-
-
-#: What :func:`_scan` yields between records when the event loop is due a turn.
-_CHECKPOINT: Final = None
-
-
-def _scan(
-    handle: _Handle, key: bytes, end: bytes, *, source: str, label: str | None
-) -> Generator[CdxRecord | None, None, None]:
-    """Records of one file for lines in ``[key, end)`` (pywb ``iter_range``), in file order.
-
-    A plain generator (the reads are ``pread`` calls that do not wait): it
-    yields :data:`_CHECKPOINT` after every 64 KiB read or inflated, where the
-    async caller gives the event loop a turn. ``label`` becomes the records'
-    ``source`` when given. The caller owns ``handle``.
-    """
-    if handle.gzip:
-        chunks = _gzip_chunks(handle)
-    else:
-        chunks = _plain_chunks(handle, key, _common_prefix(key, end))
-    started = False
-    previous = b""
-    unpaused = 0
-    try:
-        for first, lines, read in chunks:
-            for index, raw in enumerate(lines):
-                if not started:
-                    if raw < key:
-                        continue
-                    started = True
-                line = raw.rstrip()
-                if line >= end:
-                    return
-                if not line or line.startswith(_HEADERS):
-                    continue
-                if line < previous or line < key:
-                    _warn_unsorted(handle, _where(handle, first, lines, index))
-                    if line < key:
-                        continue
-                previous = line
-                try:
-                    record = CdxRecord.parse(line)
-                except CdxFormatError as exc:
-                    where = _where(handle, first, lines, index)
-                    raise SourceBadAnswer(source, f"{handle.path}, {where}: {exc}") from exc
-                if label is not None:
-                    record.set_source(label)
-                yield record
-            unpaused += read
-            if unpaused >= _CHECKPOINT_BYTES:
-                unpaused = 0
-                yield _CHECKPOINT
-    except _FormatProblem as exc:
-        raise SourceBadAnswer(source, f"{handle.path}, {exc.where}: {exc.reason}") from exc
-    except OSError as exc:
-        raise _unavailable(source, handle.path, exc) from exc
-    finally:
-        chunks.close()
-
-
-def _merge_scans(
-    scans: list[Generator[CdxRecord | None, None, None]],
-) -> Generator[CdxRecord | None, None, None]:
-    """Merge file scans by (urlkey, timestamp), ties to the earlier file
-    (``heapq.merge`` is stable); one checkpoint is passed on when any file was due one."""
-    if len(scans) == 1:
-        yield from scans[0]
-        return
-    due = False
-
-    def records_of(scan: Generator[CdxRecord | None, None, None]) -> Iterator[CdxRecord]:
-        nonlocal due
-        for record in scan:
-            if record is None:
-                due = True
-            else:
-                yield record
-
-    for record in heapq.merge(*map(records_of, scans), key=_merge_key):
-        if due:
-            due = False
-            yield _CHECKPOINT
-        yield record
-
-
-def _merge_key(record: CdxRecord) -> tuple[str, str]:
-    return record.urlkey, record.timestamp
-
-
-def _warn_unsorted(handle: _Handle, where: str) -> None:
-    if not handle.warned:
-        handle.warned = True
-        logger.warning(
-            "index file %s is not sorted (%s sorts before the line above it); lookups "
-            "may miss captures. Sort it with: LC_ALL=C sort -o FILE FILE",
-            handle.path,
-            where,
-        )
 
 
 # ---------------------------------------------------------------- describing
@@ -734,7 +324,7 @@ def _describe_file(path: str) -> str:
     try:
         size = os.stat(path).st_size
         with open(path, "rb") as fh:
-            head = fh.read(_MAX_READ_BYTES)
+            head = fh.read(MAX_READ_BYTES)
     except OSError as exc:
         return f"unreadable: {exc.strerror or exc}"
     return f"{_sniff_format(head)}, {_human_size(size)}"
@@ -746,15 +336,15 @@ def _sniff_format(head: bytes) -> str:
     >>> _sniff_format(b' CDX N b a m s k r M S V g\\ncom,example)/ 2014 http://x/ text/html')
     'CDX'
     """
-    gz = head.startswith(_GZIP_MAGIC)
+    gz = head.startswith(GZIP_MAGIC)
     if gz:
         try:
-            head = zlib.decompressobj(wbits=31).decompress(head, _MAX_READ_BYTES)
+            head = zlib.decompressobj(wbits=31).decompress(head, MAX_READ_BYTES)
         except zlib.error:
             return "corrupt gzip"
     kind = "empty"
     for line in head.splitlines():
-        if line and not line.startswith(_HEADERS):
+        if line and not line.startswith(CDX_HEADERS):
             parts = line.split(b" ", 2)
             kind = "CDXJ" if len(parts) == 3 and parts[2].startswith(b"{") else "CDX"
             break

@@ -270,7 +270,7 @@ async def test_unsorted_file_yields_only_lines_in_range_and_warns(
     path = sample_dir / "cdxj/post-test.cdxj"
     first = CdxRecord.parse(read_lines(path)[0])
     query = key_range_query(first.urlkey, first.urlkey + "!")
-    with caplog.at_level(logging.WARNING, logger="gateway.sources.cdxj_file"):
+    with caplog.at_level(logging.WARNING, logger="gateway.sources.cdxj_scan"):
         assert await collect(build(path), query) == [first]
     assert f"index file {path} is not sorted" in caplog.text
     assert "LC_ALL=C sort" in caplog.text
