@@ -7,7 +7,10 @@ sources and merge order as ``/{coll}/index``) with these stages, in order:
 1. the engine's answer for url/matchType/from/to, sorted by (urlkey,
    timestamp) ascending; ties keep the engine's order (the member listed first
    in the config first), so repeated queries see the same sequence;
-2. ``filter`` (each :class:`~gateway.ia_query.IaFilter`, ANDed);
+2. ``filter`` (each :class:`~gateway.ia_query.IaFilter`, ANDed), applied
+   inside the engine before its limit, as ``/index`` applies its filters: a
+   group member holds only lines that pass, and a ``sequence`` step with none
+   falls through to the next;
 3. ``collapse`` (each :class:`~gateway.ia_query.Collapse` in order, over
    adjacent lines: a line equal to the previous *kept* line is dropped).
 
@@ -56,7 +59,6 @@ from gateway.cdxj import CdxRecord
 from gateway.ia_query import (
     MAX_LIMIT,
     Collapse,
-    IaFilter,
     IaQuery,
     ResumeKey,
     ia_line,
@@ -110,16 +112,6 @@ class IaAnswer:
 async def _empty() -> AsyncIterator[CdxRecord]:
     return
     yield  # pragma: no cover
-
-
-async def apply_filters(
-    records: AsyncIterator[CdxRecord], filters: Sequence[IaFilter]
-) -> AsyncIterator[CdxRecord]:
-    """Records passing every filter, in input order."""
-    async with _closing(records):
-        async for record in records:
-            if all(check(record) for check in filters):
-                yield record
 
 
 async def collapse(records: AsyncIterator[CdxRecord], spec: Collapse) -> AsyncIterator[CdxRecord]:
@@ -192,8 +184,7 @@ async def skip(pairs: AsyncIterator[Positioned], count: int) -> AsyncIterator[Po
 def _scan_bound(query: IaQuery) -> int:
     """How many engine records can matter (the engine's ``limit``)."""
     if (
-        query.filters
-        or query.collapse
+        query.collapse
         or query.resume_key is not None
         or query.show_num_pages
         or (query.limit is not None and query.limit < 0)
@@ -221,10 +212,12 @@ async def _full_result(
 ) -> tuple[Step | None, dict[str, str], AsyncIterator[CdxRecord]]:
     if engine.key >= engine.end_key:
         return None, {}, _empty()
+    if query.filters:
+        # Stage 2 runs inside the engine, before its limit: each group member
+        # then holds only lines that pass, and no more than the limit of them.
+        engine = engine.evolve(filters=engine.filters + query.filters)
     step, lookup = await collection.lookup(engine)
     records: AsyncIterator[CdxRecord] = aiter(lookup)
-    if query.filters:
-        records = apply_filters(records, query.filters)
     for spec in query.collapse:
         records = collapse(records, spec)
     return step, lookup.errors, records

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from gateway.cdxj import FIELD_ALIASES, CdxRecord, canonical_urlkey
 from gateway.errors import BadRequest
@@ -29,6 +29,7 @@ __all__ = [
     "CdxFilter",
     "MatchType",
     "Output",
+    "RecordFilter",
     "key_range",
     "pad_timestamp",
     "parse_query",
@@ -96,6 +97,16 @@ def key_range(url: str, match_type: MatchType) -> tuple[str, str]:
         return host + ")/", host + "*"
     # domain
     return (host + "," if "," not in host else host + ")/"), host + "-"
+
+
+class RecordFilter(Protocol):
+    """A capture predicate the engine applies before the time range and limit.
+
+    :class:`CdxFilter` (pywb syntax) or the IA dialect's
+    :class:`~gateway.ia_query.IaFilter`.
+    """
+
+    def __call__(self, record: CdxRecord, /) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +187,7 @@ class CaptureQuery:
     to_ts: str | None = None
     limit: int = DEFAULT_LIMIT
     sort: Sort = "ascending"
-    filters: tuple[CdxFilter, ...] = ()
+    filters: tuple[RecordFilter, ...] = ()
     fields: tuple[str, ...] | None = None
     output: Output = "cdxj"
     #: ``sources=a,b`` selects group members, ``sources=!a`` excludes them.

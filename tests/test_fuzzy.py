@@ -18,7 +18,7 @@ from gateway.cdxj import CdxRecord, canonical_urlkey
 from gateway.config import parse_config
 from gateway.errors import ConfigError
 from gateway.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules, parse_rules
-from gateway.query import CaptureQuery, key_range, parse_query
+from gateway.query import CaptureQuery, CdxFilter, key_range, parse_query
 from tests.conftest import REPO_ROOT, MakeClient
 
 
@@ -32,6 +32,13 @@ def capture(url: str, timestamp: str = "20200101000000", **fields: str) -> CdxRe
 
 def rules_from(text: str) -> FuzzyRules:
     return parse_rules(yaml.safe_load(text))
+
+
+def pywb_filters(query: CaptureQuery) -> list[CdxFilter]:
+    """The query's filters, each checked to be a pywb-syntax filter."""
+    found = list(query.filters)
+    assert all(isinstance(f, CdxFilter) for f in found)
+    return [f for f in found if isinstance(f, CdxFilter)]
 
 
 # ------------------------------------------------------------------ widening
@@ -95,7 +102,7 @@ rules:
     q = widened.query
     # The '?' stays: the filters pick the captures.
     assert q.url == "http://example.com/api?"
-    assert sorted((f.field, f.mode, f.value) for f in q.filters) == [
+    assert sorted((f.field, f.mode, f.value) for f in pywb_filters(q)) == [
         ("urlkey", "contains", "id=7"),
         ("urlkey", "contains", "page=2"),
     ]
@@ -154,8 +161,8 @@ rules:
     )
     findall = rules.widen(exact("http://www.example.com/img/12/34.png"))
     assert findall is not None
-    assert sorted(f.value for f in findall.query.filters) == ["12", "34"]
-    assert {f.mode for f in findall.query.filters} == {"regex"}
+    assert sorted(f.value for f in pywb_filters(findall.query)) == ["12", "34"]
+    assert {f.mode for f in pywb_filters(findall.query)} == {"regex"}
     domain = rules.widen(exact("http://shop.example.com/cart"))
     assert domain is not None
     assert (domain.query.url, domain.query.match_type) == ("example.com", "domain")
@@ -299,7 +306,10 @@ def test_pywbs_own_rules_file_loads_and_applies() -> None:
     assert widened is not None
     assert not widened.rule.is_generic
     assert widened.query.url == "https://twitter.com/i/timeline?"
-    assert {f.value for f in widened.query.filters} == {"include_entities=1", "max_position=123"}
+    assert {f.value for f in pywb_filters(widened.query)} == {
+        "include_entities=1",
+        "max_position=123",
+    }
 
 
 # ------------------------------------------------------------------ through the API

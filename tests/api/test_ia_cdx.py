@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tracemalloc
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,61 @@ async def test_filter_contains_index_whole_line_and_and(client: Client) -> None:
     expected = [x for x in full if x[3] == "warc/revisit" and "_css" in x[0]]
     assert expected
     assert await lines(client, "all", url="*.org", filter=both) == expected
+
+
+async def test_a_filtered_limited_group_lookup_holds_only_what_it_answers(
+    make_client: MakeClient, tmp_path: Path
+) -> None:
+    # Two members of 40,000 lines each, every one passing the filter: the
+    # members hold at most the limit each, not their whole ranges.
+    lines_out = [
+        f"com,example)/p{i:06d} 20200101000000 "
+        + json.dumps({"url": f"http://example.com/p{i:06d}", "mime": "text/html", "status": "200"})
+        for i in range(40_000)
+    ]
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.cdxj").write_text("\n".join(lines_out) + "\n")
+    client = await make_client(
+        f"collections:\n  g:\n    index_group:\n"
+        f"      a: {tmp_path}/a.cdxj\n      b: {tmp_path}/b.cdxj\n"
+    )
+    params = {"url": "example.com/*", "filter": "statuscode:200", "limit": "5"}
+    tracemalloc.start()
+    try:
+        resp = await client.get("/g/cdx", params=params)
+        text = await resp.text()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert resp.status == 200
+    assert [line.split(" ")[0] for line in text.splitlines()] == [
+        "com,example)/p000000",
+        "com,example)/p000000",
+        "com,example)/p000001",
+        "com,example)/p000001",
+        "com,example)/p000002",
+    ]
+    # Holding both ranges as records takes tens of MB.
+    assert peak < 4 * 1024 * 1024, peak
+
+
+async def test_a_sequence_step_with_no_line_passing_the_filters_falls_through(
+    make_client: MakeClient, tmp_path: Path
+) -> None:
+    def line(status: str) -> str:
+        fields = {"url": "http://example.com/", "mime": "text/html", "status": status}
+        return f"com,example)/ 20200101000000 {json.dumps(fields)}\n"
+
+    (tmp_path / "first.cdxj").write_text(line("404"))
+    (tmp_path / "second.cdxj").write_text(line("200"))
+    client = await make_client(
+        f"collections:\n  seq:\n    sequence:\n"
+        f"      - {{name: first, index: {tmp_path}/first.cdxj}}\n"
+        f"      - {{name: second, index: {tmp_path}/second.cdxj}}\n"
+    )
+    resp = await client.get("/seq/cdx", params={"url": "example.com", "filter": "statuscode:200"})
+    assert resp.headers["Warcserver-Step"] == "second"
+    assert [row.split(" ")[4] for row in (await resp.text()).splitlines()] == ["200"]
 
 
 # -- collapse ----------------------------------------------------------------------------
