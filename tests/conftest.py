@@ -22,6 +22,10 @@ port, in its own temporary directory, and is stopped in teardown):
     ``/{coll}/timemap/link/{url}``, raw mementos ``/{coll}/{ts}id_/{url}``,
     CDX API ``/{coll}/cdx``.
 
+Per-test fixtures: ``clients``, the app's upstream clients
+(:class:`~gateway.clients.SharedClients`, started, closed after the test), and
+``rclient``, a redis-py asyncio client of ``redis_server``.
+
 :func:`free_port` returns a TCP port that was free on 127.0.0.1 a moment ago.
 """
 
@@ -38,16 +42,19 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
 import pytest
+import redis.asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.app import create_app
+from gateway.clients import SharedClients
 from gateway.config import parse_config
+from tests.sources.redis_support import redis_client
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SAMPLE_DIR: Final = REPO_ROOT.parent / "shared" / "data" / "pywb-sample"
@@ -236,6 +243,24 @@ def _redis_answers_ping(port: int) -> bool:
             return sock.recv(64).startswith(b"+PONG")
     except OSError:
         return False
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[SharedClients]:
+    """The app's upstream clients, started; closed after the test."""
+    shared = SharedClients()
+    await shared.start()
+    try:
+        yield shared
+    finally:
+        await shared.close()
+
+
+@pytest.fixture
+async def rclient(redis_server: str) -> AsyncIterator[redis.asyncio.Redis]:
+    """A redis-py asyncio client of ``redis_server`` (db 0)."""
+    async with redis_client(redis_server) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")

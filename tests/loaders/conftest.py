@@ -37,7 +37,6 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from gateway.cdxj import CdxRecord, canonical_urlkey
-from gateway.clients import SharedClients
 from gateway.loaders.base import FindOriginal, LoadContext, LoadedRecord, ResourceLoader
 
 #: Sample files that no sample index covers, indexed by cdxj-indexer here.
@@ -261,16 +260,6 @@ def make_finder(index: list[CdxRecord]) -> FindOriginal:
 @pytest.fixture(scope="session")
 def finder(sample_index: list[CdxRecord], crafted_index: list[CdxRecord]) -> FindOriginal:
     return make_finder(sample_index + crafted_index)
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[SharedClients]:
-    shared = SharedClients()
-    await shared.start()
-    try:
-        yield shared
-    finally:
-        await shared.close()
 
 
 def capture(index: list[CdxRecord], filename: str, offset: int) -> CdxRecord:

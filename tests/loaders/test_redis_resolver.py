@@ -25,13 +25,7 @@ from gateway.loaders.resolvers import (
     resolver_kind_for_shorthand,
 )
 from tests.conftest import free_port
-from tests.sources.redis_support import delete_prefix, redis_client, unique_prefix
-
-
-@pytest.fixture
-async def rclient(redis_server: str) -> AsyncIterator[redis.asyncio.Redis]:
-    async with redis_client(redis_server) as client:
-        yield client
+from tests.sources.redis_support import delete_prefix, unique_prefix
 
 
 @pytest.fixture
@@ -39,13 +33,6 @@ async def prefix(rclient: redis.asyncio.Redis) -> AsyncIterator[str]:
     name = unique_prefix("paths")
     yield name
     await delete_prefix(rclient, name)
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[SharedClients]:
-    shared = SharedClients()
-    yield shared
-    await shared.close()
 
 
 def resolver(text: str, clients: SharedClients) -> Resolver:

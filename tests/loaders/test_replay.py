@@ -50,16 +50,6 @@ async def archive(aiohttp_server: AiohttpServer) -> TestServer:
 
 
 @pytest.fixture
-async def clients() -> AsyncIterator[SharedClients]:
-    shared = SharedClients()
-    await shared.start()
-    try:
-        yield shared
-    finally:
-        await shared.close()
-
-
-@pytest.fixture
 def loader(clients: SharedClients) -> ReplayLoader:
     return ReplayLoader(name=NAME, clients=clients)
 

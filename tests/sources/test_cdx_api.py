@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -61,16 +61,6 @@ def iana_lines(iana_path: Path) -> list[bytes]:
 @pytest.fixture
 async def cdx_server(aiohttp_server: AiohttpServer, iana_lines: list[bytes]) -> TestServer:
     return await aiohttp_server(cdx_server_app(iana_lines))
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[SharedClients]:
-    shared = SharedClients()
-    await shared.start()
-    try:
-        yield shared
-    finally:
-        await shared.close()
 
 
 def source_for(

@@ -20,7 +20,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -76,16 +76,6 @@ CAPTURES = (
     + [("http://www.example.com/page", PAGE_TIMES[20])]
     + [(OTHER, ts) for ts in _timestamps(3, seed=8)]
 )
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[SharedClients]:
-    shared = SharedClients()
-    await shared.start()
-    try:
-        yield shared
-    finally:
-        await shared.close()
 
 
 async def serve(aiohttp_server: AiohttpServer, app: web.Application) -> str:

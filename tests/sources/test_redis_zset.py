@@ -29,16 +29,9 @@ from tests.sources.conftest import collect, linear_scan
 from tests.sources.redis_support import (
     command_calls,
     delete_prefix,
-    redis_client,
     unique_prefix,
     zadd_lines,
 )
-
-
-@pytest.fixture
-async def rclient(redis_server: str) -> AsyncIterator[redis.asyncio.Redis]:
-    async with redis_client(redis_server) as client:
-        yield client
 
 
 @pytest.fixture
@@ -47,13 +40,6 @@ async def prefix(rclient: redis.asyncio.Redis) -> AsyncIterator[str]:
     name = unique_prefix("zset")
     yield name
     await delete_prefix(rclient, name)
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[SharedClients]:
-    shared = SharedClients()
-    yield shared
-    await shared.close()
 
 
 def source(url: str, clients: SharedClients, **settings: object) -> IndexSource:
