@@ -366,6 +366,14 @@ def _expected_sources() -> str:
     )
 
 
+def _kind_by_suffix(text: str) -> str:
+    """The type of a plain path: the first whose ``shorthand_suffixes`` it ends with, else file."""
+    for kind, factory in SOURCE_TYPES.items():
+        if text.endswith(getattr(factory, "shorthand_suffixes", ())):
+            return kind
+    return "file"
+
+
 def _source(value: object, path: str) -> SourceSpec:
     if isinstance(value, str):
         text = value.strip()
@@ -376,6 +384,8 @@ def _source(value: object, path: str) -> SourceSpec:
             if re.match(r"^[a-z][a-z0-9+.\-]*://", text) or text.startswith("$"):
                 raise ConfigError(path, f"unknown source {text!r}; expected {_expected_sources()}")
             kind = "file"
+        if kind == "file":
+            kind = _kind_by_suffix(text)
         factory = SOURCE_TYPES[kind]
         try:
             config = factory.config_type.from_shorthand(text)

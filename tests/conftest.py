@@ -66,6 +66,7 @@ PYWB_COLLECTIONS: Final[dict[str, tuple[str, str]]] = {
     "pywb": ("cdxj/", "warcs/"),
     "iana": ("cdxj/iana.cdxj", "warcs/"),
     "example": ("cdxj/example.cdxj", "warcs/"),
+    "zip": ("zipcdx/zipnum-sample.idx", "warcs/"),
 }
 
 STARTUP_TIMEOUT_S: Final = 30.0

@@ -15,6 +15,7 @@ from gateway.sources.live import LiveSource
 from gateway.sources.memento_api import MementoSource
 from gateway.sources.redis_zset import RedisIndexSource
 from gateway.sources.store import StoreSource
+from gateway.sources.zipnum import ZipNumSource
 
 __all__ = ["SOURCE_TYPES", "IndexSource", "SourceFactory"]
 
@@ -25,4 +26,5 @@ SOURCE_TYPES: Final[dict[str, type[SourceFactory]]] = {
     "memento": MementoSource,
     "redis": RedisIndexSource,
     "store": StoreSource,
+    "zipnum": ZipNumSource,
 }

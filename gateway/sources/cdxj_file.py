@@ -19,7 +19,7 @@ their name) cannot be binary-searched: every lookup decompresses from the
 start and stops at the first line past the range, so it costs CPU in
 proportion to the position of the range in the uncompressed file (about
 0.25 s per 100 MB of CDXJ on one core, measured). Use them only for small
-indexes; ``gunzip`` larger ones (or shard them as ZipNum).
+indexes; ``gunzip`` larger ones (or cluster them: :mod:`gateway.sources.zipnum`).
 
 Deliberate difference from pywb: lines that sort before ``query.key`` but
 appear after the first matching line (an unsorted file) are skipped instead of

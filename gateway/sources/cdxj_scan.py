@@ -46,6 +46,7 @@ __all__ = [
     "encode_key",
     "merge_scans",
     "scan_file",
+    "search_offset",
     "unavailable",
 ]
 
@@ -73,7 +74,7 @@ class Handle:
     """One open version of a file; closed once retired and no lookup uses it.
 
     ``probes`` remembers what the binary search found at block starts (see
-    :func:`_search_offset`): every lookup walks the same first levels of the
+    :func:`search_offset`): every lookup walks the same first levels of the
     search, so those reads are made once per version of the file.
     """
 
@@ -221,7 +222,7 @@ _PROBES_KEPT: Final = 255
 _PROBE_KEPT_BYTES: Final = 512
 
 
-def _search_offset(handle: Handle, key: bytes) -> int:
+def search_offset(handle: Handle, key: bytes) -> int:
     """pywb ``binsearch_offset``: a block start at or before the first line >= ``key``.
 
     Every line up to the partial line at the returned offset sorts before
@@ -263,7 +264,7 @@ def _plain_chunks(handle: Handle, key: bytes, prefix: bytes) -> Generator[_Chunk
     handful of lines, not the whole read.
     """
     fd, size = handle.fd, handle.size
-    pos = _search_offset(handle, key)
+    pos = search_offset(handle, key)
     buf = b""
     buf_start = pos  # file offset of buf[0]
     length = _FIRST_READ_BYTES

@@ -22,4 +22,7 @@ collections:
   example:
     index: {s}/cdxj/example.cdxj
     resource: {s}/warcs/
+  zip:
+    index: {s}/zipcdx/zipnum-sample.idx
+    resource: {s}/warcs/
 """

@@ -17,6 +17,7 @@ shows the gateway keeping ``closest``).
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -240,3 +241,58 @@ async def test_fuzzy_resource_keeps_closest_where_pywb_drops_it(
     # The closest capture (a revisit of the 20:06:25 response, served as its original).
     assert resp.headers["Memento-Datetime"] == "Sun, 26 Jan 2014 20:12:48 GMT"
     assert CdxRecord.parse(resp.headers["Warcserver-Cdx"]).timestamp == "20140126201248"
+
+
+#: Lookups in the sample ZipNum cluster (zipcdx/) that span at most ten of its
+#: blocks: pywb answers those whole.
+ZIPNUM_QUERIES: list[tuple[str, dict[str, str]]] = [
+    ("zip", {"url": "example.com"}),
+    ("zip", {"url": "http://www.iana.org/_css/2013.1/fonts/opensans-bold.ttf"}),
+    ("zip", {"url": "iana.org/domains/*"}),
+    ("zip", {"url": "http://www.iana.org/time-zones", "closest": "20140126200737"}),
+    ("zip", {"url": "iana.org", "matchType": "domain", "output": "json", "limit": "3"}),
+    ("zip", {"url": "http://www.iana.org/", "output": "text"}),
+]
+
+
+async def test_zipnum_index_answers_match_pywb_line_by_line(
+    make_client: MakeClient, sample_yaml: str, pywb_warcserver: str
+) -> None:
+    client = await make_client(sample_yaml)
+    answered = await _compare_index_answers(client, pywb_warcserver, ZIPNUM_QUERIES)
+    assert answered == len(ZIPNUM_QUERIES)
+
+
+async def test_zipnum_answers_past_ten_blocks_continue_where_pywb_stops(
+    make_client: MakeClient, sample_yaml: str, pywb_warcserver: str, sample_dir: Path
+) -> None:
+    # pywb answers a ZipNum lookup with its first page of blocks (ten) unless
+    # asked for a page; the gateway answers the whole range (limit= cuts it).
+    params = {"url": "iana.org", "matchType": "domain"}
+    async with aiohttp.ClientSession() as session:
+        expected = (await _pywb(session, f"{pywb_warcserver}/zip/index", params)).splitlines()
+    client = await make_client(sample_yaml)
+    got = (await (await client.get("/zip/index", params=params)).text()).splitlines()
+    assert len(expected) == 46
+    assert got[: len(expected)] == expected
+    shard = gzip.decompress((sample_dir / "zipcdx" / "zipnum-sample.cdx.gz").read_bytes())
+    # Every iana.org line of the cluster (its blocks do not end with a newline).
+    assert len(got) == shard.count(b"org,iana)/")
+
+
+async def test_zipnum_resource_answers_match_pywb_byte_by_byte(
+    make_client: MakeClient, sample_yaml: str, pywb_warcserver: str
+) -> None:
+    client = await make_client(sample_yaml)
+    params = {"url": "http://www.iana.org/time-zones", "closest": "20140126200737"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{pywb_warcserver}/zip/resource", params=params) as ref,
+    ):
+        assert ref.status == 200
+        expected_body = await ref.read()
+        expected_headers = {h: ref.headers.get(h) for h in HEADERS_COMPARED}
+    resp = await client.get("/zip/resource", params=params)
+    assert resp.status == 200, await resp.text()
+    assert await resp.read() == expected_body
+    assert {h: resp.headers.get(h) for h in HEADERS_COMPARED} == expected_headers

@@ -87,12 +87,14 @@ from gateway.sources.live import LiveSource, LiveSourceConfig
 from gateway.sources.memento_api import MementoSource, MementoSourceConfig
 from gateway.sources.redis_zset import RedisIndexSource, RedisSourceConfig
 from gateway.sources.store import StoreSource, StoreSourceConfig
+from gateway.sources.zipnum import ZipNumSource, ZipNumSourceConfig
 from gateway.store import Store, StoreSettings
 from tests.conftest import free_port
 from tests.sources.cdx_support import cdx_server_app
 from tests.sources.conftest import collect, linear_scan
 from tests.sources.memento_archive import MementoArchive
 from tests.sources.redis_support import delete_prefix, redis_client, unique_prefix, zadd_lines
+from tests.sources.zipnum_support import write_zipnum
 
 #: The checks of this suite; ``Kind.cannot`` keys must be among them.
 CHECKS: Final = (
@@ -213,6 +215,24 @@ async def broken_gzip(env: ContractEnv) -> IndexSource:
     path = _write_merged(env, "cut.cdxj.gz")
     path.write_bytes(path.read_bytes()[:40])  # cut inside the first deflate block
     return _file_source(path, env)
+
+
+def _zipnum_source(summary: Path, env: ContractEnv) -> IndexSource:
+    config = ZipNumSourceConfig(path=str(summary), max_blocks=3)
+    return ZipNumSource.from_config(config, name=NAME, clients=env.clients)
+
+
+async def build_zipnum(env: ContractEnv) -> IndexSource:
+    # Blocks of 7 lines, 4 blocks a shard, read 3 at a time: answers cross all three.
+    return _zipnum_source(write_zipnum(env.lines, env.tmp_path), env)
+
+
+async def broken_zipnum(env: ContractEnv) -> IndexSource:
+    summary = write_zipnum(env.lines, env.tmp_path)
+    source = _zipnum_source(summary, env)
+    for shard in env.tmp_path.glob("cluster-*.cdx.gz"):
+        shard.unlink()
+    return source
 
 
 def _redis_source(env: ContractEnv, url: str) -> IndexSource:
@@ -391,6 +411,7 @@ CONTRACT_KINDS: Final[dict[str, Kind]] = {
     "cdx": Kind("cdx", build_cdx, broken_cdx, SourceUnavailable),
     "cdx-ia-json": Kind("cdx", build_cdx_ia_json, broken_cdx_ia_json, SourceBadAnswer),
     "store": Kind("store", build_store, broken_store, SourceUnavailable),
+    "zipnum": Kind("zipnum", build_zipnum, broken_zipnum, SourceUnavailable),
 }
 
 

@@ -1,0 +1,365 @@
+"""ZipNum cluster indexes: a sorted summary of gzip blocks of CDX lines.
+
+pywb's ``ZipNumIndexSource`` (pywb/warcserver/index/zipnum.py) and the IA's
+cluster format. Three files:
+
+- the summary (``.idx`` or ``.summary``): one sorted line per block,
+  ``urlkey timestamp<TAB>part<TAB>offset<TAB>length<TAB>lineno``, the key of the
+  block's first CDX line and where the block lies;
+- the shards (``part`` names), each a run of gzip members, one member per
+  block of sorted CDX or CDXJ lines;
+- the location file (``.loc``, beside the summary unless ``loc`` says
+  otherwise): ``part<TAB>path[<TAB>path...]`` per line; relative paths are
+  relative to the location file, and the paths of a part are tried in order
+  (pywb's ``LocMapResolver``).
+
+A lookup binary-searches the summary (as a plain index file, 8 KiB blocks,
+:func:`~gateway.sources.cdxj_scan.search_offset`) for the last block that
+starts before ``query.key`` and every block that starts before
+``query.end_key``; adjacent blocks of one shard are read together, up to
+``max_blocks`` at a time (pywb's default 10), with ``pread``, inflated and cut
+to the key range. The summary, the location file and the shards are reopened
+when they change (one ``os.stat`` each per lookup). Shards must be local
+files: a location that is a URL is reported as a source failure.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import AsyncIterator, Generator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Final, Self
+
+from gateway.cdxj import CdxFormatError, CdxRecord
+from gateway.cdxops import LocalScan
+from gateway.clients import SharedClients
+from gateway.errors import SourceBadAnswer, SourceUnavailable
+from gateway.loaders.base import ResourceLoader
+from gateway.query import CaptureQuery
+from gateway.sources.base import IndexSource, SourceConfig
+from gateway.sources.cdxj_scan import (
+    CDX_HEADERS,
+    Handle,
+    IndexFile,
+    encode_key,
+    search_offset,
+    unavailable,
+)
+
+__all__ = ["SUMMARY_SUFFIXES", "ZipNumSource", "ZipNumSourceConfig"]
+
+#: File names taken as ZipNum summaries when given as a plain path (pywb ``IDX_EXT``).
+SUMMARY_SUFFIXES: Final = (".idx", ".summary")
+_PREFIX: Final = "zipnum+"
+#: Largest summary read at a time while scanning it.
+_SUMMARY_READ_BYTES: Final = 64 * 1024
+#: A summary line longer than this is not a summary line.
+_MAX_SUMMARY_LINE: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ZipNumSourceConfig:
+    """A ZipNum summary ``path``; ``loc`` the location file (default: the
+    summary's name with ``.loc``); ``max_blocks`` adjacent blocks read at once."""
+
+    path: str
+    loc: str | None = None
+    max_blocks: int = 10
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ValueError("empty ZipNum summary path; expected zipnum+/path/to/index.idx")
+        if self.max_blocks < 1:
+            raise ValueError(f"max_blocks {self.max_blocks}: expected at least 1")
+
+    @classmethod
+    def from_shorthand(cls, text: str) -> Self:
+        """``zipnum+PATH``, ``zipnum+file:///PATH`` or a path ending ``.idx``/``.summary``.
+
+        >>> ZipNumSourceConfig.from_shorthand("zipnum+file:///srv/cluster/index.idx")
+        ZipNumSourceConfig(path='/srv/cluster/index.idx', loc=None, max_blocks=10)
+        >>> ZipNumSourceConfig.from_shorthand("cluster/all.summary").path
+        'cluster/all.summary'
+
+        Raises :class:`ValueError` for a URL other than ``file://``.
+        """
+        path = text[len(_PREFIX) :] if text.startswith(_PREFIX) else text
+        if path.startswith("file://"):
+            path = path[len("file://") :]
+        if "://" in path:
+            raise ValueError(
+                f"{text!r}: a ZipNum summary must be a local file; expected zipnum+/path/index.idx"
+            )
+        return cls(path=path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """One summary line: the block's shard, byte offset and compressed length."""
+
+    part: str
+    offset: int
+    length: int
+
+
+class ZipNumSource:
+    """A ZipNum cluster (module docstring); records in ``[key, end_key)``, sorted.
+
+    Raises :class:`SourceUnavailable` when the summary, the location file or
+    every location of a shard cannot be read, :class:`SourceBadAnswer` for a
+    malformed summary or location line, a part missing from the location
+    file, a corrupt block or an unparseable CDX line (each naming the file).
+    """
+
+    config_type: ClassVar[type[SourceConfig]] = ZipNumSourceConfig
+    shorthand_prefixes: ClassVar[tuple[str, ...]] = (_PREFIX,)
+    #: Plain paths with these endings are ZipNum summaries (pywb ``IDX_EXT``).
+    shorthand_suffixes: ClassVar[tuple[str, ...]] = SUMMARY_SUFFIXES
+
+    def __init__(self, config: ZipNumSourceConfig, *, name: str) -> None:
+        self.name = name
+        self.path = os.path.abspath(config.path)
+        self.loc_path = os.path.abspath(config.loc or os.path.splitext(config.path)[0] + ".loc")
+        self.max_blocks = config.max_blocks
+        self._summary = IndexFile(self.path, source=name)
+        self._shards: dict[str, IndexFile] = {}
+        self._locations: dict[str, list[str]] = {}
+        self._loc_identity: tuple[int, int, int, int] | None = None
+
+    @classmethod
+    def from_config(cls, config: SourceConfig, *, name: str, clients: SharedClients) -> IndexSource:
+        """The source; raises :class:`ValueError` when the summary or location file is missing."""
+        if not isinstance(config, ZipNumSourceConfig):
+            raise TypeError(f"expected ZipNumSourceConfig, got {type(config).__name__}")
+        source = cls(config, name=name)
+        for what, path in (("summary", source.path), ("location file", source.loc_path)):
+            if not os.path.isfile(path):
+                raise ValueError(f"ZipNum {what} {path} does not exist or is not a file")
+        return source
+
+    def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
+        """Records in ``[query.key, query.end_key)`` in (urlkey, timestamp) order,
+        as a :class:`~gateway.cdxops.LocalScan` (no await per record)."""
+        return LocalScan(self._scan(encode_key(query.key), encode_key(query.end_key)))
+
+    def _scan(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:
+        if key >= end:
+            return
+        blocks = self._blocks(key, end)
+        if not blocks:
+            return
+        self._load_locations()
+        start = 0
+        while start < len(blocks):
+            stop = start + 1
+            while (
+                stop < len(blocks)
+                and stop - start < self.max_blocks
+                and blocks[stop].part == blocks[start].part
+                and blocks[stop].offset == blocks[stop - 1].offset + blocks[stop - 1].length
+            ):
+                stop += 1
+            for line in self._lines(blocks[start:stop]):
+                if line < key or line.startswith(CDX_HEADERS):
+                    continue
+                if line >= end:
+                    return
+                try:
+                    yield CdxRecord.parse(line)
+                except CdxFormatError as exc:
+                    raise SourceBadAnswer(
+                        self.name, f"ZipNum shard {blocks[start].part}: {exc}"
+                    ) from exc
+            yield None  # a checkpoint after every read
+            start = stop
+
+    # -------------------------------------------------------------- the summary
+    def _blocks(self, key: bytes, end: bytes) -> list[_Block]:
+        """The blocks that may hold lines in ``[key, end)``, in summary order."""
+        try:
+            handle = self._summary.acquire()
+        except OSError as exc:
+            raise unavailable(self.name, self.path, exc) from exc
+        try:
+            lines = _summary_lines(handle, key, end)
+            return [self._block(line) for line in lines]
+        except OSError as exc:
+            raise unavailable(self.name, self.path, exc) from exc
+        except ValueError as exc:
+            raise SourceBadAnswer(self.name, f"ZipNum summary {self.path}: {exc}") from exc
+        finally:
+            handle.release()
+
+    def _block(self, line: bytes) -> _Block:
+        fields = line.rstrip(b"\r\n").split(b"\t")
+        try:
+            return _Block(fields[1].decode("utf-8"), int(fields[2]), int(fields[3]))
+        except (IndexError, ValueError, UnicodeDecodeError):
+            shown = line[:200].decode("utf-8", "replace")
+            raise SourceBadAnswer(
+                self.name,
+                f"ZipNum summary {self.path}: {shown!r} is not "
+                "'urlkey timestamp<TAB>part<TAB>offset<TAB>length[<TAB>lineno]'",
+            ) from None
+
+    # -------------------------------------------------------------- the shards
+    def _load_locations(self) -> None:
+        """Re-read the location file when it changed (pywb reads it on every lookup)."""
+        try:
+            st = os.stat(self.loc_path)
+            identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+            if identity == self._loc_identity:
+                return
+            with open(self.loc_path, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+            raise SourceUnavailable(
+                self.name, f"cannot read ZipNum location file {self.loc_path}: {reason}"
+            ) from exc
+        base = os.path.dirname(self.loc_path)
+        locations: dict[str, list[str]] = {}
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            part, *paths = line.rstrip().split("\t")
+            locations[part] = [p if "://" in p else os.path.join(base, p) for p in paths if p]
+        self._locations = locations
+        self._loc_identity = identity
+
+    def _lines(self, run: Sequence[_Block]) -> Generator[bytes, None, None]:
+        """The lines of a run of adjacent blocks of one shard, block by block."""
+        part = run[0].part
+        data = self._read(part, run[0].offset, sum(block.length for block in run))
+        at = 0
+        for block in run:
+            member = data[at : at + block.length]
+            at += block.length
+            try:
+                inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                text = inflater.decompress(member) + inflater.flush()
+            except zlib.error as exc:
+                raise SourceBadAnswer(
+                    self.name,
+                    f"ZipNum shard {part}: block at offset {block.offset} is not a gzip "
+                    f"member ({exc}); the summary and the shard do not match",
+                ) from exc
+            yield from text.splitlines()
+
+    def _read(self, part: str, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of shard ``part``, from its first readable location."""
+        paths = self._locations.get(part)
+        if not paths:
+            problem = "has no path in" if paths is not None else "is not in"
+            raise SourceBadAnswer(
+                self.name,
+                f"ZipNum part {part!r} {problem} location file {self.loc_path}; "
+                "expected a line 'part<TAB>path[<TAB>path...]'",
+            )
+        failures = []
+        for path in paths:
+            if "://" in path:
+                failures.append(f"{path}: not a local file")
+                continue
+            shard = self._shards.get(path)
+            if shard is None:
+                shard = self._shards[path] = IndexFile(path, self.name)
+            try:
+                handle = shard.acquire()
+            except OSError as exc:
+                failures.append(f"{path}: {exc.strerror or exc}")
+                continue
+            try:
+                data = os.pread(handle.fd, length, offset)
+            except OSError as exc:
+                failures.append(f"{path}: {exc.strerror or exc}")
+                continue
+            finally:
+                handle.release()
+            if len(data) < length:
+                failures.append(f"{path}: ends before byte {offset + length}")
+                continue
+            return data
+        raise SourceUnavailable(
+            self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
+        )
+
+    # -------------------------------------------------------------- the rest
+    def resource_loaders(self) -> Sequence[ResourceLoader]:
+        """None: captures name WARC files read by the step's ``resource:`` loaders."""
+        return ()
+
+    def describe(self) -> str:
+        """``zipnum /abs/index.idx (38 blocks, locations from /abs/index.loc)``."""
+        try:
+            with open(self.path, "rb") as fh:
+                blocks = sum(1 for line in fh if line.strip())
+        except OSError as exc:
+            return f"zipnum {self.path} (unreadable: {exc.strerror or exc})"
+        return f"zipnum {self.path} ({blocks} blocks, locations from {self.loc_path})"
+
+    async def aclose(self) -> None:
+        """Close the summary and shard file descriptors."""
+        self._summary.close()
+        for shard in self._shards.values():
+            shard.close()
+        self._shards = {}
+
+
+def _summary_lines(handle: Handle, key: bytes, end: bytes) -> list[bytes]:
+    """The last summary line before ``key`` and every later line before ``end``.
+
+    The block a line names starts with that line's key, so the block before the
+    first line >= ``key`` may hold ``key`` too (pywb ``iter_range`` with
+    ``prev_size=1``). Raises OSError from the reads, ValueError for a line
+    too long to be a summary line.
+    """
+    fd, size = handle.fd, handle.size
+    pos = search_offset(handle, key)
+    if pos > 0:
+        # Every line before the one holding byte pos - 1 sorts before key;
+        # that line may be the last one before key: start at its beginning.
+        pos = _line_start(fd, pos - 1)
+    previous: bytes | None = None
+    found: list[bytes] = []
+    buffer = b""
+    while pos < size or buffer:
+        if pos < size:
+            data = os.pread(fd, min(_SUMMARY_READ_BYTES, size - pos), pos)
+            if not data:
+                break
+            pos += len(data)
+            buffer += data
+            lines = buffer.split(b"\n")
+            buffer = lines.pop()
+            if len(buffer) > _MAX_SUMMARY_LINE:
+                raise ValueError(f"a line longer than {_MAX_SUMMARY_LINE} bytes")
+        else:
+            lines, buffer = [buffer], b""
+        for line in lines:
+            if not line.strip():
+                continue
+            if line < key:
+                previous = line
+                continue
+            if line >= end:
+                return _with_previous(previous, found)
+            found.append(line)
+    return _with_previous(previous, found)
+
+
+def _with_previous(previous: bytes | None, found: list[bytes]) -> list[bytes]:
+    return found if previous is None else [previous, *found]
+
+
+def _line_start(fd: int, pos: int) -> int:
+    """The offset of the start of the line holding byte ``pos``."""
+    while pos > 0:
+        start = max(0, pos - 4096)
+        window = os.pread(fd, pos - start, start)
+        newline = window.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        pos = start
+    return 0

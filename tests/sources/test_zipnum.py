@@ -1,0 +1,176 @@
+"""ZipNum clusters (gateway.sources.zipnum): config forms, search, locations, failures.
+
+The source contract suite covers the captures of every query over the sample
+lines; pywb 2.10's answers for the sample cluster are compared in
+tests/api/test_differential.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.app import build_collections
+from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.clients import SharedClients
+from gateway.config import parse_config
+from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
+from gateway.query import CaptureQuery
+from gateway.sources.base import IndexSource
+from gateway.sources.zipnum import ZipNumSource, ZipNumSourceConfig
+from tests.sources.conftest import collect
+from tests.sources.zipnum_support import write_zipnum
+
+
+def source(summary: Path, **settings: object) -> IndexSource:
+    config = ZipNumSourceConfig(path=str(summary), **settings)  # type: ignore[arg-type]
+    return ZipNumSource.from_config(config, name="zip", clients=SharedClients())
+
+
+def line(url: str, timestamp: str = "20200101000000") -> bytes:
+    fields = {"url": url, "mime": "text/html", "status": "200"}
+    return f"{canonical_urlkey(url)} {timestamp} {json.dumps(fields)}".encode()
+
+
+# ------------------------------------------------------------------ config
+def test_shorthand_and_mapping_forms(tmp_path: Path) -> None:
+    summary = write_zipnum([line("http://example.com/")], tmp_path)
+    config = parse_config(
+        f"""
+collections:
+  prefixed: zipnum+{summary}
+  url: zipnum+file://{summary}
+  by_suffix: {summary}
+  summary_suffix: {tmp_path}/cluster.summary
+  mapping:
+    index: {{type: zipnum, path: {summary}, loc: {tmp_path}/cluster.loc, max_blocks: 2}}
+"""
+    )
+    specs = {name: coll.steps[0].members[0][1] for name, coll in config.collections.items()}
+    assert {spec.type for spec in specs.values()} == {"zipnum"}
+    assert specs["url"].config == ZipNumSourceConfig(path=str(summary))
+    assert specs["mapping"].config == ZipNumSourceConfig(
+        path=str(summary), loc=f"{tmp_path}/cluster.loc", max_blocks=2
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ("zipnum+http://example.org/cluster.idx", "must be a local file"),
+        ("{type: zipnum, path: X, max_blocks: 0}", "max_blocks 0: expected at least 1"),
+        ("{type: zipnum, path: /nonexistent/cluster.idx}", "summary /nonexistent/cluster.idx"),
+        ("{type: zipnum, path: X, loc: /nonexistent/x.loc}", "location file /nonexistent/x.loc"),
+    ],
+)
+def test_config_errors_name_the_yaml_path(tmp_path: Path, entry: str, problem: str) -> None:
+    summary = write_zipnum([line("http://example.com/")], tmp_path)
+    text = f"collections:\n  web:\n    index: {entry.replace('X', str(summary))}\n"
+    with pytest.raises(ConfigError) as caught:
+        build_collections(parse_config(text), SharedClients())
+    assert caught.value.path == "collections.web.index"
+    assert problem in caught.value.problem
+
+
+# ------------------------------------------------------------------ search
+async def test_every_key_of_a_large_cluster_is_found(tmp_path: Path) -> None:
+    # A summary of ~100 kB: the binary search lands inside it, and a key is often
+    # in a block whose summary line crosses an 8 KiB boundary.
+    urls = [f"http://example.com/page/{i:05d}" for i in range(6000)]
+    lines = sorted(line(url, ts) for url in urls for ts in ("20200101000000", "20210101000000"))
+    summary = write_zipnum(lines, tmp_path, lines_per_block=3, blocks_per_shard=500)
+    assert summary.stat().st_size > 8 * 8192
+    zipnum = source(summary)
+    for url in urls[::3]:
+        records = await collect(zipnum, CaptureQuery.for_url(url))
+        assert [r.timestamp for r in records] == ["20200101000000", "20210101000000"], url
+        assert {r.url for r in records} == {url}
+    prefix = await collect(zipnum, CaptureQuery.for_url("example.com/page/01", match_type="prefix"))
+    assert len(prefix) == 2000
+    await zipnum.aclose()
+
+
+async def test_a_replaced_cluster_is_read_anew(tmp_path: Path) -> None:
+    summary = write_zipnum([line("http://example.com/", "20200101000000")], tmp_path)
+    zipnum = source(summary)
+    query = CaptureQuery.for_url("http://example.com/")
+    assert [r.timestamp for r in await collect(zipnum, query)] == ["20200101000000"]
+    write_zipnum(
+        [line("http://example.com/", "20220101000000"), line("http://example.com/", "2023")],
+        tmp_path,
+    )
+    assert [r.timestamp for r in await collect(zipnum, query)] == ["20220101000000", "2023"]
+    await zipnum.aclose()
+
+
+async def test_locations_are_tried_in_order(tmp_path: Path) -> None:
+    summary = write_zipnum([line("http://example.com/")], tmp_path)
+    (tmp_path / "cluster.loc").write_text(
+        "cluster-00\thttp://shards.example.org/cluster-00.cdx.gz\tmissing.gz\tcluster-00.cdx.gz\n"
+    )
+    zipnum = source(summary)
+    assert len(await collect(zipnum, CaptureQuery.for_url("http://example.com/"))) == 1
+    await zipnum.aclose()
+
+
+# ------------------------------------------------------------------ failures
+@pytest.mark.parametrize(
+    ("loc", "error", "reason"),
+    [
+        ("other\tcluster-00.cdx.gz\n", SourceBadAnswer, "'cluster-00' is not in location file"),
+        ("cluster-00\n", SourceBadAnswer, "'cluster-00' has no path in location file"),
+        (
+            "cluster-00\tgone.gz\thttp://x.example/c.gz\n",
+            SourceUnavailable,
+            "no location could be read (",
+        ),
+    ],
+)
+async def test_location_problems_name_the_part(
+    tmp_path: Path, loc: str, error: type[Exception], reason: str
+) -> None:
+    summary = write_zipnum([line("http://example.com/")], tmp_path)
+    zipnum = source(summary)
+    (tmp_path / "cluster.loc").write_text(loc)
+    with pytest.raises(error) as caught:
+        await collect(zipnum, CaptureQuery.for_url("http://example.com/"))
+    assert reason in str(caught.value)
+    await zipnum.aclose()
+
+
+async def test_a_bad_summary_line_or_block_is_a_bad_answer(tmp_path: Path) -> None:
+    summary = write_zipnum([line("http://example.com/")], tmp_path)
+    zipnum = source(summary)
+    query = CaptureQuery.for_url("http://example.com/")
+    good = summary.read_text()
+    summary.write_text(good.replace("\t0\t", "\tzero\t"))
+    with pytest.raises(SourceBadAnswer, match="is not 'urlkey timestamp<TAB>part"):
+        await collect(zipnum, query)
+    summary.write_text(good)
+    shard = tmp_path / "cluster-00.cdx.gz"
+    shard.write_bytes(b"\x00" * len(shard.read_bytes()))
+    with pytest.raises(SourceBadAnswer, match="is not a gzip member"):
+        await collect(zipnum, query)
+    not_cdx = b"com,example)/ 2020 not-a-cdx-line\n"
+    shard.write_bytes(gzip.compress(not_cdx, mtime=0).ljust(shard.stat().st_size, b"\0"))
+    with pytest.raises(SourceBadAnswer, match="ZipNum shard cluster-00"):
+        await collect(zipnum, query)
+    await zipnum.aclose()
+
+
+def test_describe_counts_blocks(tmp_path: Path) -> None:
+    summary = write_zipnum([line(f"http://example.com/{i}") for i in range(20)], tmp_path)
+    assert source(summary).describe() == (
+        f"zipnum {summary} (3 blocks, locations from {tmp_path / 'cluster.loc'})"
+    )
+
+
+def test_the_record_type_parses_the_sample_shards(sample_dir: Path) -> None:
+    # The sample cluster holds 11-field CDX lines (pywb's zipnum-sample.cdx.gz).
+    with gzip.open(sample_dir / "zipcdx" / "zipnum-sample.cdx.gz", "rb") as fh:
+        first = fh.readline().rstrip(b"\n")
+    record = CdxRecord.parse(first)
+    assert (record.urlkey, record.timestamp) == ("com,example)/", "20140127171200")
