@@ -146,50 +146,58 @@ class ZipNumSource:
     def _scan(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:
         if key >= end:
             return
-        blocks = self._blocks(key, end)
-        if not blocks:
-            return
-        self._load_locations()
-        start = 0
-        while start < len(blocks):
-            stop = start + 1
-            while (
-                stop < len(blocks)
-                and stop - start < self.max_blocks
-                and blocks[stop].part == blocks[start].part
-                and blocks[stop].offset == blocks[stop - 1].offset + blocks[stop - 1].length
-            ):
-                stop += 1
-            for line in self._lines(blocks[start:stop]):
-                if line < key or line.startswith(CDX_HEADERS):
-                    continue
-                if line >= end:
-                    return
-                try:
-                    yield CdxRecord.parse(line)
-                except CdxFormatError as exc:
-                    raise SourceBadAnswer(
-                        self.name, f"ZipNum shard {blocks[start].part}: {exc}"
-                    ) from exc
-            yield None  # a checkpoint after every read
-            start = stop
-
-    # -------------------------------------------------------------- the summary
-    def _blocks(self, key: bytes, end: bytes) -> list[_Block]:
-        """The blocks that may hold lines in ``[key, end)``, in summary order."""
         try:
             handle = self._summary.acquire()
         except OSError as exc:
             raise unavailable(self.name, self.path, exc) from exc
         try:
-            lines = _summary_lines(handle, key, end)
-            return [self._block(line) for line in lines]
+            run: list[_Block] = []
+            located = False
+            for block in self._blocks(handle, key, end):
+                if not located:
+                    self._load_locations()  # checked once per lookup that reads a block
+                    located = True
+                if run and not (
+                    len(run) < self.max_blocks
+                    and block.part == run[-1].part
+                    and block.offset == run[-1].offset + run[-1].length
+                ):
+                    if (yield from self._records(run, key, end)):
+                        return
+                    run = []
+                run.append(block)
+            if run:
+                yield from self._records(run, key, end)
+        finally:
+            handle.release()
+
+    def _records(
+        self, run: list[_Block], key: bytes, end: bytes
+    ) -> Generator[CdxRecord | None, None, bool]:
+        """Records of a run of adjacent blocks in ``[key, end)``, then a checkpoint;
+        returns True once a line at or past ``end`` was met."""
+        for line in self._lines(run):
+            if line < key or line.startswith(CDX_HEADERS):
+                continue
+            if line >= end:
+                return True
+            try:
+                yield CdxRecord.parse(line)
+            except CdxFormatError as exc:
+                raise SourceBadAnswer(self.name, f"ZipNum shard {run[0].part}: {exc}") from exc
+        yield None  # a checkpoint after every read
+        return False
+
+    # -------------------------------------------------------------- the summary
+    def _blocks(self, handle: Handle, key: bytes, end: bytes) -> Generator[_Block, None, None]:
+        """The blocks that may hold lines in ``[key, end)``, in summary order."""
+        try:
+            for line in _summary_lines(handle, key, end):
+                yield self._block(line)
         except OSError as exc:
             raise unavailable(self.name, self.path, exc) from exc
         except ValueError as exc:
             raise SourceBadAnswer(self.name, f"ZipNum summary {self.path}: {exc}") from exc
-        finally:
-            handle.release()
 
     def _block(self, line: bytes) -> _Block:
         fields = line.rstrip(b"\r\n").split(b"\t")
@@ -307,8 +315,8 @@ class ZipNumSource:
         self._shards = {}
 
 
-def _summary_lines(handle: Handle, key: bytes, end: bytes) -> list[bytes]:
-    """The last summary line before ``key`` and every later line before ``end``.
+def _summary_lines(handle: Handle, key: bytes, end: bytes) -> Generator[bytes, None, None]:
+    """The last summary line before ``key``, then every later line before ``end``.
 
     The block a line names starts with that line's key, so the block before the
     first line >= ``key`` may hold ``key`` too (pywb ``iter_range`` with
@@ -322,7 +330,6 @@ def _summary_lines(handle: Handle, key: bytes, end: bytes) -> list[bytes]:
         # that line may be the last one before key: start at its beginning.
         pos = _line_start(fd, pos - 1)
     previous: bytes | None = None
-    found: list[bytes] = []
     buffer = b""
     while pos < size or buffer:
         if pos < size:
@@ -343,14 +350,14 @@ def _summary_lines(handle: Handle, key: bytes, end: bytes) -> list[bytes]:
             if line < key:
                 previous = line
                 continue
+            if previous is not None:
+                yield previous
+                previous = None
             if line >= end:
-                return _with_previous(previous, found)
-            found.append(line)
-    return _with_previous(previous, found)
-
-
-def _with_previous(previous: bytes | None, found: list[bytes]) -> list[bytes]:
-    return found if previous is None else [previous, *found]
+                return
+            yield line
+    if previous is not None:
+        yield previous
 
 
 def _line_start(fd: int, pos: int) -> int:
