@@ -54,6 +54,8 @@ SUMMARY_SUFFIXES: Final = (".idx", ".summary")
 _PREFIX: Final = "zipnum+"
 #: Largest summary read at a time while scanning it.
 _SUMMARY_READ_BYTES: Final = 64 * 1024
+#: Most text one block may inflate to (a block holds a few thousand lines).
+_MAX_BLOCK_TEXT: Final = 64 * 1024 * 1024
 #: A summary line longer than this is not a summary line.
 _MAX_SUMMARY_LINE: Final = 64 * 1024
 
@@ -108,8 +110,9 @@ class ZipNumSource:
 
     Raises :class:`SourceUnavailable` when the summary, the location file or
     every location of a shard cannot be read, :class:`SourceBadAnswer` for a
-    malformed summary or location line, a part missing from the location
-    file, a corrupt block or an unparseable CDX line (each naming the file).
+    malformed summary line, a part missing from (or without a path in) the
+    location file, a corrupt block, a block inflating past 64 MiB or an
+    unparseable CDX line (each naming the file or part).
     """
 
     config_type: ClassVar[type[SourceConfig]] = ZipNumSourceConfig
@@ -246,13 +249,19 @@ class ZipNumSource:
             at += block.length
             try:
                 inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                text = inflater.decompress(member) + inflater.flush()
+                text = inflater.decompress(member, _MAX_BLOCK_TEXT)
             except zlib.error as exc:
                 raise SourceBadAnswer(
                     self.name,
                     f"ZipNum shard {part}: block at offset {block.offset} is not a gzip "
                     f"member ({exc}); the summary and the shard do not match",
                 ) from exc
+            if inflater.unconsumed_tail:
+                raise SourceBadAnswer(
+                    self.name,
+                    f"ZipNum shard {part}: block at offset {block.offset} inflates past "
+                    f"{_MAX_BLOCK_TEXT} bytes; expected a block of a few thousand lines",
+                )
             yield from text.splitlines()
 
     def _read(self, part: str, offset: int, length: int) -> bytes:

@@ -161,6 +161,17 @@ async def test_a_bad_summary_line_or_block_is_a_bad_answer(tmp_path: Path) -> No
     await zipnum.aclose()
 
 
+async def test_a_block_inflating_past_64_mib_is_refused(tmp_path: Path) -> None:
+    summary = write_zipnum([line("http://example.com/")], tmp_path)
+    bomb = gzip.compress(b"com,example)/ " + b"x" * (65 * 1024 * 1024), compresslevel=1)
+    (tmp_path / "cluster-00.cdx.gz").write_bytes(bomb)
+    summary.write_text(f"com,example)/ 20200101000000\tcluster-00\t0\t{len(bomb)}\t1\n")
+    zipnum = source(summary)
+    with pytest.raises(SourceBadAnswer, match="inflates past 67108864 bytes"):
+        await collect(zipnum, CaptureQuery.for_url("http://example.com/"))
+    await zipnum.aclose()
+
+
 def test_describe_counts_blocks(tmp_path: Path) -> None:
     summary = write_zipnum([line(f"http://example.com/{i}") for i in range(20)], tmp_path)
     assert source(summary).describe() == (
