@@ -101,18 +101,48 @@ class FuzzyRule:
 
 @dataclass(frozen=True, slots=True)
 class Widened:
-    """The wider lookup for an empty exact one, and how to check its captures."""
+    """The wider lookup for an empty exact one, and how to check its captures.
+
+    What the generic rule compares each capture with is worked out once, here:
+    ``url_no_query`` (the URL asked, without its query), ``names_file``
+    (True or False when its last path segment has an extension: whether that
+    makes it a file; None without one) and ``wanted_keys`` (the urlkey asked
+    after each ``url_normalize`` rule, applied one after the other).
+    """
 
     rules: FuzzyRules
     rule: FuzzyRule
     original: CaptureQuery
     query: CaptureQuery
+    url_no_query: str
+    names_file: bool | None
+    wanted_keys: tuple[str, ...]
 
     def accepts(self, capture: CdxRecord) -> bool:
-        """True when ``capture`` may stand in for the original URL (module docstring)."""
+        """True when ``capture`` may stand in for the original URL (module docstring;
+        for the generic rule pywb's ``match_general_fuzzy_query``)."""
         if not self.rule.is_generic:
             return True
-        return self.rules.matches_generally(self.original, capture)
+        if capture.status == "204" and "__pywb_method=options" in capture.urlkey:
+            return False
+        check_query = self.names_file
+        if check_query is None:
+            rules = self.rules
+            check_query = (
+                capture.mime in rules.mimes
+                or bool(capture.get("requestBody"))
+                or bool(capture.get("method"))
+            )
+        url, bare = capture.url, self.url_no_query
+        if check_query and (url == bare or url.startswith(bare + "?")):
+            return True
+        found = capture.urlkey
+        pairs = zip(self.rules.normalize, self.wanted_keys, strict=True)
+        for (pattern, replacement), wanted in pairs:
+            found = pattern.sub(replacement, found)
+            if wanted == found:
+                return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,33 +216,22 @@ class FuzzyRules:
             limit=self.search_limit if self.search_limit is not None else query.limit,
             fuzzy=True,
         )
-        return Widened(self, rule, query, wider)
-
-    def matches_generally(self, query: CaptureQuery, capture: CdxRecord) -> bool:
-        """pywb ``match_general_fuzzy_query``: ``capture`` stands in for ``query.url``."""
-        if capture.status == "204" and "__pywb_method=options" in capture.urlkey:
-            return False
         url_no_query = query.url.split("?", 1)[0]
         ext = os.path.splitext(url_no_query.rsplit("/", 1)[-1])[1][1:]
-        if ext:
-            check_query = ext not in self.not_exts
-        else:
-            check_query = (
-                capture.mime in self.mimes
-                or bool(capture.get("requestBody"))
-                or bool(capture.get("method"))
-            )
-        if check_query and (
-            capture.url == url_no_query or capture.url.startswith(url_no_query + "?")
-        ):
-            return True
-        wanted, found = query.key, capture.urlkey
+        wanted_keys = []
+        wanted = query.key
         for pattern, replacement in self.normalize:
             wanted = pattern.sub(replacement, wanted)
-            found = pattern.sub(replacement, found)
-            if wanted == found:
-                return True
-        return False
+            wanted_keys.append(wanted)
+        return Widened(
+            self,
+            rule,
+            query,
+            wider,
+            url_no_query=url_no_query,
+            names_file=(ext not in self.not_exts) if ext else None,
+            wanted_keys=tuple(wanted_keys),
+        )
 
 
 # ------------------------------------------------------------------ rules files
