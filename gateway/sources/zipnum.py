@@ -308,13 +308,15 @@ class ZipNumSource:
         return ()
 
     def describe(self) -> str:
-        """``zipnum /abs/index.idx (38 blocks, locations from /abs/index.loc)``."""
+        """``zipnum /abs/index.idx (2,645-byte summary, locations from /abs/index.loc)``.
+
+        One ``os.stat`` (the status endpoint calls this on every request).
+        """
         try:
-            with open(self.path, "rb") as fh:
-                blocks = sum(1 for line in fh if line.strip())
+            size = os.stat(self.path).st_size
         except OSError as exc:
             return f"zipnum {self.path} (unreadable: {exc.strerror or exc})"
-        return f"zipnum {self.path} ({blocks} blocks, locations from {self.loc_path})"
+        return f"zipnum {self.path} ({size:,}-byte summary, locations from {self.loc_path})"
 
     async def aclose(self) -> None:
         """Close the summary and shard file descriptors."""

@@ -172,11 +172,15 @@ async def test_a_block_inflating_past_64_mib_is_refused(tmp_path: Path) -> None:
     await zipnum.aclose()
 
 
-def test_describe_counts_blocks(tmp_path: Path) -> None:
+def test_describe_names_the_summary_and_location_file(tmp_path: Path) -> None:
     summary = write_zipnum([line(f"http://example.com/{i}") for i in range(20)], tmp_path)
+    size = summary.stat().st_size
     assert source(summary).describe() == (
-        f"zipnum {summary} (3 blocks, locations from {tmp_path / 'cluster.loc'})"
+        f"zipnum {summary} ({size:,}-byte summary, locations from {tmp_path / 'cluster.loc'})"
     )
+    summary.unlink()
+    gone = ZipNumSource(ZipNumSourceConfig(path=str(summary)), name="zip")
+    assert "unreadable: No such file" in gone.describe()
 
 
 def test_the_record_type_parses_the_sample_shards(sample_dir: Path) -> None:
