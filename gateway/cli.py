@@ -2,22 +2,25 @@
 
 Exit status: 0 success, 1 a command failed, 2 bad usage or a bad config
 (reported before anything binds a port).
+
+Only :mod:`argparse` is imported up front: each command imports what it
+needs when it runs (aiohttp, the config reader and every source type take
+most of a second to import), so ``gateway --help`` answers at once. A
+module that adds commands registers its parsers without importing its
+implementation (see :func:`gateway.store.cli.add_subcommands`).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import gc
-import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gateway.clients import SharedClients
-from gateway.config import GatewayConfig, load_config
-from gateway.errors import ConfigError
-from gateway.store.cli import add_subcommands as add_store_subcommands
+if TYPE_CHECKING:
+    import asyncio
+
+    from gateway.config import GatewayConfig
 
 __all__ = ["main"]
 
@@ -25,11 +28,15 @@ DEFAULT_CONFIG = "collections.yaml"
 
 
 def _load(path: str) -> GatewayConfig:
+    from gateway.config import load_config
+
     return load_config(path)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
     """uvloop when installed (``pip install '.[fast]'``), else the default loop."""
+    import asyncio
+
     try:
         import uvloop
     except ImportError:
@@ -39,9 +46,13 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import logging
+
     from aiohttp import web
 
     from gateway.app import build_collections, create_app
+    from gateway.clients import SharedClients
+    from gateway.errors import ConfigError
 
     try:
         config = _load(args.config)
@@ -77,12 +88,16 @@ async def _freeze_heap(app: object) -> None:
     objects); frozen, they are no longer walked by every full collection
     that request garbage triggers (``gc.freeze``, Python 3.7+).
     """
+    import gc
+
     gc.collect()
     gc.freeze()
 
 
 def _check_config(args: argparse.Namespace) -> int:
     from gateway.app import build_collections
+    from gateway.clients import SharedClients
+    from gateway.errors import ConfigError
 
     try:
         config = _load(args.file)
@@ -108,6 +123,8 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _index(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from gateway.indexer import write_cdxj_index
 
     inputs = [Path(p) for p in args.warcs]
@@ -147,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("warcs", nargs="+", metavar="WARC", help="WARC or ARC files")
     index.add_argument("-o", "--output", help="output file (default: standard output)")
     index.set_defaults(run=_index)
+
+    from gateway.store.cli import add_subcommands as add_store_subcommands
 
     add_store_subcommands(sub)
     return parser

@@ -24,10 +24,36 @@ The on-disk layout is described in :mod:`gateway.store.layout`.
 
 from __future__ import annotations
 
-from gateway.store.capture import CaptureAck, CaptureInput, HttpRequest, HttpResponse
-from gateway.store.errors import StoreError, StoreWriteError
-from gateway.store.settings import StoreSettings
-from gateway.store.store import Store
+import importlib
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from gateway.store.capture import CaptureAck, CaptureInput, HttpRequest, HttpResponse
+    from gateway.store.errors import StoreError, StoreWriteError
+    from gateway.store.settings import StoreSettings
+    from gateway.store.store import Store
+
+#: Where each public name lives; imported on first use (PEP 562), so that
+#: ``import gateway.store.settings`` (the config reader, the CLI) does not
+#: import warcio and the whole store.
+_EXPORTS: Final = {
+    "CaptureAck": "gateway.store.capture",
+    "CaptureInput": "gateway.store.capture",
+    "HttpRequest": "gateway.store.capture",
+    "HttpResponse": "gateway.store.capture",
+    "Store": "gateway.store.store",
+    "StoreError": "gateway.store.errors",
+    "StoreSettings": "gateway.store.settings",
+    "StoreWriteError": "gateway.store.errors",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gateway.store' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "CaptureAck",

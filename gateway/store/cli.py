@@ -27,13 +27,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gateway.store.check import check_store
-from gateway.store.errors import ImportRejected, StoreError, StoreLocked
-from gateway.store.layout import Layout
-from gateway.store.reader import StoreReader
-from gateway.store.repair import repair_store
+from gateway.store.errors import StoreError, StoreLocked
 from gateway.store.settings import StoreSettings
-from gateway.store.store import Store
+
+# The commands import the store itself when they run (warcio, SQLite and
+# the writer are not needed to print ``--help``).
 
 __all__ = ["SettingsLoader", "add_store_commands", "add_subcommands", "main"]
 
@@ -72,6 +70,9 @@ def _err(command: str, message: object) -> None:
 
 # ------------------------------------------------------------------ commands
 def _cmd_add(args: argparse.Namespace) -> int:
+    from gateway.store.errors import ImportRejected
+    from gateway.store.store import Store
+
     settings = _settings(args)
 
     async def run() -> int:
@@ -101,6 +102,9 @@ def _cmd_history(args: argparse.Namespace) -> int:
     if (args.at or args.latest) and (args.from_ts or args.to_ts):
         _err("history", "--from/--to cannot be combined with --at or --latest")
         return 2
+    from gateway.store.layout import Layout
+    from gateway.store.reader import StoreReader
+
     settings = _settings(args)
     layout = Layout(settings.root_path)
     if not layout.db_path.exists():
@@ -131,6 +135,9 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from gateway.store.check import check_store
+    from gateway.store.layout import Layout
+
     settings = _settings(args)
     report = check_store(Layout(settings.root_path), progress=args.progress)
     for problem in report.problems:
@@ -140,6 +147,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
+    from gateway.store.layout import Layout
+    from gateway.store.repair import repair_store
+
     settings = _settings(args)
     report = repair_store(Layout(settings.root_path))
     for line in report.recovery.describe() + report.actions:
