@@ -17,6 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gateway.logs import add_logging_arguments
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -46,13 +48,12 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import logging
-
     from aiohttp import web
 
     from gateway.app import build_collections, create_app
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
+    from gateway.logs import access_logger, configure_logging
 
     try:
         config = _load(args.config)
@@ -61,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(args.log_level, args.log_format)
     app = create_app(config, collections=collections, clients=clients)
     app.on_startup.append(_freeze_heap)
     print(
@@ -74,7 +75,8 @@ def _serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         handler_cancellation=True,
-        access_log=None,
+        access_log=access_logger(args.access_log),
+        access_log_format=args.access_log or "",
         print=None,
         loop=_new_loop(),
     )
@@ -154,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", default=DEFAULT_CONFIG, help="collections.yaml to serve")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
+    add_logging_arguments(serve)
     serve.set_defaults(run=_serve)
 
     check = sub.add_parser("check-config", help="validate a config and print its tree")

@@ -41,7 +41,7 @@ from gateway.store.reader import StoreReader
 from gateway.store.recovery import RecoveryReport, recover
 from gateway.store.settings import StoreSettings
 from gateway.store.warcfile import FaultInjector
-from gateway.store.writer import StoreWriter
+from gateway.store.writer import StoreWriter, WriteStats
 
 __all__ = ["Store"]
 
@@ -70,6 +70,11 @@ class Store:
         self.reader = StoreReader(layout.db_path)
         self._writer = writer
         self._closed = False
+
+    @property
+    def write_stats(self) -> WriteStats:
+        """The writer's counters of captures and bytes written (``/metrics``)."""
+        return self._writer.stats
 
     # -------------------------------------------------------------- lifecycle
     @classmethod
