@@ -291,15 +291,16 @@ def start_gateway(
     """``python -m gateway.cli serve`` on a free port; ready when ``/_health`` answers 200.
 
     ``prefix`` is put before the command (``valgrind --tool=callgrind ...``).
-    The access log is off unless ``access_log`` (pywb runs with ``log=None``).
+    ``access_log`` turns the gateway's access log on (off by default, as
+    pywb runs here with ``log=None``).
     """
     config = workdir / f"{name}.yaml"
     config.write_text(config_yaml, "utf-8")
     port = free_port()
     argv = [*prefix, sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
     argv += ["--host", HOST, "--port", str(port)]
-    if not access_log:
-        argv.append("--no-access-log")
+    if access_log:
+        argv.append("--access-log")
     server = Server(name, argv, workdir, port, startup_timeout_s=startup_timeout_s)
     server.wait_ready(lambda p: (http_get(p, "/_health") or (0, b""))[0] == 200)
     return server

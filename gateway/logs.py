@@ -10,11 +10,13 @@
   record's extra fields; access log lines carry aiohttp's fields
   (``remote_address``, ``first_request_line``, ``response_status``,
   ``response_size``, ``request_time_frac``, ``request_header``...);
-- ``--access-log FORMAT``: aiohttp's access log (logger ``aiohttp.access``,
+- ``--access-log [FORMAT]``: aiohttp's access log (logger ``aiohttp.access``,
   one line per request at INFO) in aiohttp's format language (``%a`` remote
-  address, ``%r`` request line, ``%s`` status, ``%b`` body bytes, ``%Tf``
-  seconds, ``%{Header}i`` a request header, ...), :data:`ACCESS_LOG_FORMAT`
-  by default; ``--no-access-log`` turns it off (as the benchmarks do).
+  address, ``%r`` request line, ``%s`` status, ``%b`` bytes sent with the
+  header block, ``%Tf`` seconds, ``%{Header}i`` a request header, ...),
+  :data:`ACCESS_LOG_FORMAT` when no FORMAT is given. Off by default: Python's
+  logging of one line costs about 140,000 instructions, a third more than a
+  one-URL lookup itself (``bench/bench_instructions.py``, README).
 
 Logs go to standard error.
 """
@@ -45,7 +47,7 @@ _TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--log-level``, ``--log-format``, ``--access-log`` and ``--no-access-log``."""
+    """Add ``--log-level``, ``--log-format`` and ``--access-log [FORMAT]``."""
     group = parser.add_argument_group("logging (standard error)")
     group.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="least severe level logged"
@@ -59,15 +61,11 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--access-log",
         metavar="FORMAT",
-        default=ACCESS_LOG_FORMAT,
-        help=f"aiohttp access log format (default: {ACCESS_LOG_FORMAT.replace('%', '%%')})",
-    )
-    group.add_argument(
-        "--no-access-log",
-        dest="access_log",
-        action="store_const",
-        const=None,
-        help="no access log",
+        nargs="?",
+        const=ACCESS_LOG_FORMAT,
+        default=None,
+        help="log one line per request, in aiohttp's access log format "
+        f"(default format: {ACCESS_LOG_FORMAT.replace('%', '%%')}); off without this option",
     )
 
 

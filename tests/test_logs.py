@@ -41,7 +41,7 @@ def _lines_with(server: _Server, text: str, count: int) -> list[str]:
 
 
 def test_json_logs_carry_the_access_log_fields(tmp_path: Path, sample_dir: Path) -> None:
-    server, port = _serve(tmp_path, sample_dir, "--log-format", "json")
+    server, port = _serve(tmp_path, sample_dir, "--log-format", "json", "--access-log")
     try:
         status, body = _http_get(port, "/iana/index?url=iana.org") or (0, b"")
         assert status == 200
@@ -73,8 +73,8 @@ def test_text_access_log_format_is_configurable(tmp_path: Path, sample_dir: Path
     assert lines[-1].endswith(expected)
 
 
-def test_no_access_log_and_warning_level(tmp_path: Path, sample_dir: Path) -> None:
-    server, port = _serve(tmp_path, sample_dir, "--no-access-log", "--log-level", "warning")
+def test_no_access_log_by_default_and_warning_level(tmp_path: Path, sample_dir: Path) -> None:
+    server, port = _serve(tmp_path, sample_dir, "--log-level", "warning")
     try:
         assert (_http_get(port, "/iana/index?url=iana.org") or (0,))[0] == 200
         assert (_http_get(port, "/nowhere/index?url=iana.org") or (0,))[0] == 404
