@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gateway.logs import add_logging_arguments
+from gateway.progress import add_progress_argument
 
 if TYPE_CHECKING:
     import asyncio
@@ -127,18 +128,21 @@ def _check_config(args: argparse.Namespace) -> int:
 def _index(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from gateway.indexer import write_cdxj_index
+    from gateway.indexer import archive_files, write_cdxj_index
+    from gateway.progress import progress_bar
 
     inputs = [Path(p) for p in args.warcs]
     try:
-        if args.output and args.output != "-":
-            out_path = Path(args.output)
-            tmp = out_path.with_name(out_path.name + ".tmp")
-            with tmp.open("w", encoding="utf-8") as out:
-                count = write_cdxj_index(inputs, out)
-            tmp.replace(out_path)
-        else:
-            count = write_cdxj_index(inputs, sys.stdout)
+        total = sum(path.stat().st_size for path in archive_files(inputs))
+        with progress_bar("gateway index", total, enabled=args.progress) as bar:
+            if args.output and args.output != "-":
+                out_path = Path(args.output)
+                tmp = out_path.with_name(out_path.name + ".tmp")
+                with tmp.open("w", encoding="utf-8") as out:
+                    count = write_cdxj_index(inputs, out, progress=bar.update)
+                tmp.replace(out_path)
+            else:
+                count = write_cdxj_index(inputs, sys.stdout, progress=bar.update)
     except (ValueError, OSError) as exc:
         print(f"gateway index: {exc}", file=sys.stderr)
         return 1
@@ -166,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="write a sorted CDXJ index of WARC/ARC files")
     index.add_argument("warcs", nargs="+", metavar="WARC", help="WARC or ARC files")
     index.add_argument("-o", "--output", help="output file (default: standard output)")
+    add_progress_argument(index)
     index.set_defaults(run=_index)
 
     from gateway.store.cli import add_subcommands as add_store_subcommands

@@ -24,15 +24,18 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from warcio.timeutils import iso_date_to_timestamp
 
+from gateway.progress import progress_bar
 from gateway.store.db import FileRow, IndexDB, StoredRow
 from gateway.store.indexing import FULL_RECORD_TYPES, INDEXED_TYPES
 from gateway.store.layout import IMPORTING_SUFFIX, OPEN_SUFFIX, Layout, StoreLock, is_warc_name
-from gateway.store.progress import ProgressBar
 from gateway.store.verify import FileVerdict, RecordInfo, verify_file
+
+if TYPE_CHECKING:
+    from gateway.progress import Bar
 
 __all__ = ["CheckReport", "Problem", "ProblemKind", "check_files", "check_store"]
 
@@ -200,9 +203,13 @@ def _verify_problems(name: str, is_open: bool, verdict: FileVerdict) -> list[Pro
 
 
 def check_files(
-    layout: Layout, db: IndexDB, *, live: bool = False, progress: ProgressBar | None = None
+    layout: Layout, db: IndexDB, *, live: bool = False, progress: Bar | None = None
 ) -> CheckReport:
-    """Check with an already opened index (``store repair`` reuses it). Blocking."""
+    """Check with an already opened index (``store repair`` reuses it). Blocking.
+
+    ``progress``: a bar (:func:`gateway.progress.progress_bar`) whose total
+    is set to the bytes to read (twice each file's size) and closed at the end.
+    """
     report = CheckReport(live=live)
     quick = db.quick_check()
     if quick != "ok":
@@ -247,10 +254,11 @@ def check_files(
                 )
             )
     total = sum((layout.warcs / name).stat().st_size for name, _ in todo)
-    bar = progress or ProgressBar(2 * total, label="store check", enabled=False)
-    bar.total = max(2 * total, 1)
+    bar = progress if progress is not None else progress_bar("store check", enabled=False)
+    bar.total = 2 * total
+    bar.refresh()
     for name, file in todo:
-        verdict = verify_file(layout.warcs / name, progress=bar.advance)
+        verdict = verify_file(layout.warcs / name, progress=bar.update)
         report.verdicts[name] = verdict
         report.files += 1
         report.records += len(verdict.records)
@@ -259,7 +267,7 @@ def check_files(
             rows = db.rows_of_file(file.id)
             report.entries += len(rows)
             _compare_rows(file, rows, verdict, db, report.problems)
-    bar.finish()
+    bar.close()
     return report
 
 
@@ -285,8 +293,9 @@ def _open_index(layout: Layout, live: bool, scratch: Path) -> IndexDB:
 def check_store(layout: Layout, *, progress: bool | None = None) -> CheckReport:
     """Check the store at ``layout`` without changing anything (blocking).
 
-    ``progress``: see :class:`ProgressBar` ``enabled``. A missing store or
-    index is reported as a problem.
+    ``progress``: draw a bar (None: when standard error is a terminal; see
+    :func:`gateway.progress.progress_bar`). A missing store or index is
+    reported as a problem.
     """
     if not layout.exists():
         return CheckReport(problems=[Problem("index_db", "", f"no store at {layout.root}")])
@@ -300,7 +309,7 @@ def check_store(layout: Layout, *, progress: bool | None = None) -> CheckReport:
         with tempfile.TemporaryDirectory(prefix="store-check-") as scratch:
             db = _open_index(layout, live, Path(scratch))
             try:
-                bar = ProgressBar(0, label="store check", enabled=progress)
+                bar = progress_bar("store check", enabled=progress)
                 return check_files(layout, db, live=live, progress=bar)
             finally:
                 db.close()

@@ -2,16 +2,18 @@
 
 ::
 
-    gateway store add [--root DIR | --config FILE] WARC...
+    gateway store add [--root DIR | --config FILE] [--progress | --no-progress] WARC...
     gateway store history [--root DIR | --config FILE] URL
                           [--at TS | --from TS --to TS | --latest | --all] [--output cdxj|json]
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
-    gateway store repair [--root DIR | --config FILE]
+    gateway store repair [--root DIR | --config FILE] [--progress | --no-progress]
 
 ``--root`` defaults to ``./archive``; ``--config`` takes the ``store:``
 section of a collections.yaml (through ``gateway.config``, the only YAML
 reader). Exit status: 0 success, 1 problems found or a file rejected, 2 bad
-usage or the store is in use / missing.
+usage or the store is in use / missing. ``add``, ``check`` and ``repair``
+draw a progress bar on standard error when it is a terminal
+(:mod:`gateway.progress`).
 
 ``check`` never changes anything; ``add`` and ``repair`` need the store to
 themselves (stop the gateway first); ``history`` reads while a gateway runs.
@@ -26,9 +28,15 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from gateway.progress import add_progress_argument
 from gateway.store.errors import StoreError, StoreLocked
 from gateway.store.settings import StoreSettings
+
+if TYPE_CHECKING:
+    from gateway.progress import Bar
+    from gateway.store.store import Store
 
 # The commands import the store itself when they run (warcio, SQLite and
 # the writer are not needed to print ``--help``).
@@ -70,32 +78,42 @@ def _err(command: str, message: object) -> None:
 
 # ------------------------------------------------------------------ commands
 def _cmd_add(args: argparse.Namespace) -> int:
-    from gateway.store.errors import ImportRejected
+    from gateway.progress import progress_bar
     from gateway.store.store import Store
 
     settings = _settings(args)
+    # Verification reads each file twice (framing, then warcio's digests).
+    total = 2 * sum(p.stat().st_size for p in map(Path, args.warcs) if p.is_file())
 
     async def run() -> int:
         status = 0
         async with await Store.open(settings) as store:
-            for name in args.warcs:
-                try:
-                    result = await store.add_warc(Path(name))
-                except ImportRejected as exc:
-                    status = 1
-                    _err("add", f"{name}: rejected:")
-                    for problem in exc.problems:
-                        print(f"  {problem}", file=sys.stderr)
-                    continue
-                if result.already_present:
-                    print(f"{name}: already in the store as warcs/{result.name}")
-                else:
-                    print(
-                        f"{name}: added as warcs/{result.name}, {result.records} captures indexed"
-                    )
+            with progress_bar("store add", total, enabled=args.progress) as bar:
+                for name in args.warcs:
+                    status = max(status, await _add_one(store, name, bar))
         return status
 
     return asyncio.run(run())
+
+
+async def _add_one(store: Store, name: str, bar: Bar) -> int:
+    """Import one file for ``store add``; its line is printed above the bar."""
+    from gateway.store.errors import ImportRejected
+
+    try:
+        result = await store.add_warc(Path(name), progress=bar.update)
+    except ImportRejected as exc:
+        problems = "".join(f"\n  {problem}" for problem in exc.problems)
+        bar.write(f"gateway store add: {name}: rejected:{problems}", file=sys.stderr)
+        return 1
+    if result.already_present:
+        bar.write(f"{name}: already in the store as warcs/{result.name}", file=sys.stdout)
+    else:
+        bar.write(
+            f"{name}: added as warcs/{result.name}, {result.records} captures indexed",
+            file=sys.stdout,
+        )
+    return 0
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -151,7 +169,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     from gateway.store.repair import repair_store
 
     settings = _settings(args)
-    report = repair_store(Layout(settings.root_path))
+    report = repair_store(Layout(settings.root_path), progress=args.progress)
     for line in report.recovery.describe() + report.actions:
         print(f"repair: {line}")
     for problem in report.final.problems:
@@ -190,6 +208,7 @@ def add_store_commands(
     """Register ``add``, ``history``, ``check``, ``repair``; each sets ``run(args) -> int``."""
     add = leaves.add_parser("add", help="import WARC files (copy, verify with warcio, index)")
     _common(add, settings_loader)
+    add_progress_argument(add)
     add.add_argument("warcs", nargs="+", metavar="WARC", help=".warc or .warc.gz files")
     add.set_defaults(run=_guarded("add", _cmd_add))
 
@@ -218,16 +237,12 @@ def add_store_commands(
         "check", help="verify every record and index entry; exits 1 on problems"
     )
     _common(check, settings_loader)
-    check.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress bar on stderr (default: on a terminal or a long run)",
-    )
+    add_progress_argument(check)
     check.set_defaults(run=_guarded("check", _cmd_check))
 
     repair = leaves.add_parser("repair", help="fix what check finds (stop the gateway first)")
     _common(repair, settings_loader)
+    add_progress_argument(repair)
     repair.set_defaults(run=_guarded("repair", _cmd_repair))
 
 

@@ -22,6 +22,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from gateway.progress import progress_bar
 from gateway.store.check import REINDEX_KINDS, SALVAGE_KINDS, CheckReport, check_files
 from gateway.store.db import IndexDB
 from gateway.store.layout import IMPORTING_SUFFIX, Layout, StoreLock, fsync_dir
@@ -98,10 +99,12 @@ def _reindex(layout: Layout, db: IndexDB, name: str) -> str:
     return f"re-indexed {name}: {count} entries" + (f" ({problem})" if problem else "")
 
 
-def repair_store(layout: Layout) -> RepairReport:
+def repair_store(layout: Layout, *, progress: bool | None = None) -> RepairReport:
     """Run recovery, then fix every fixable problem of a check (blocking).
 
-    Raises :class:`~gateway.store.errors.StoreLocked` when the store is in use.
+    ``progress``: draw a bar for each of the two checks (None: when standard
+    error is a terminal; :func:`gateway.progress.progress_bar`). Raises
+    :class:`~gateway.store.errors.StoreLocked` when the store is in use.
     """
     lock = StoreLock(layout.lock_path)
     layout.create()
@@ -110,7 +113,9 @@ def repair_store(layout: Layout) -> RepairReport:
         db = IndexDB(layout.db_path)
         try:
             report = RepairReport(recovery=recover(layout, db))
-            first = check_files(layout, db)
+            first = check_files(
+                layout, db, progress=progress_bar("store repair: check", enabled=progress)
+            )
             salvage = sorted({p.file for p in first.problems if p.kind in SALVAGE_KINDS})
             reindex = sorted(
                 {p.file for p in first.problems if p.kind in REINDEX_KINDS} - set(salvage)
@@ -119,7 +124,9 @@ def repair_store(layout: Layout) -> RepairReport:
                 report.actions.append(_salvage(layout, db, name, first.verdicts[name]))
             for name in reindex:
                 report.actions.append(_reindex(layout, db, name))
-            report.final = check_files(layout, db)
+            report.final = check_files(
+                layout, db, progress=progress_bar("store repair: final check", enabled=progress)
+            )
             return report
         finally:
             db.close()

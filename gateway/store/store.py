@@ -40,6 +40,7 @@ from gateway.store.layout import Layout, StoreLock
 from gateway.store.reader import StoreReader
 from gateway.store.recovery import RecoveryReport, recover
 from gateway.store.settings import StoreSettings
+from gateway.store.verify import Progress
 from gateway.store.warcfile import FaultInjector
 from gateway.store.writer import StoreWriter, WriteStats
 
@@ -172,14 +173,16 @@ class Store:
         future = await self.submit(capture)
         return await asyncio.shield(future)
 
-    async def add_warc(self, path: Path) -> ImportResult:
+    async def add_warc(self, path: Path, *, progress: Progress | None = None) -> ImportResult:
         """Import a WARC file: verify it (framing and warcio digests), copy, index.
 
-        Raises :class:`~gateway.store.errors.ImportRejected` when the file is
-        not a valid WARC or a different file of that name is in the store.
+        ``progress(n)`` is called (from a worker thread) as the verification
+        reads ``n`` more bytes, twice the file's size in all. Raises
+        :class:`~gateway.store.errors.ImportRejected` when the file is not a
+        valid WARC or a different file of that name is in the store.
         """
         self._check_open()
-        plan = await asyncio.to_thread(prepare_import, self.layout, path)
+        plan = await asyncio.to_thread(prepare_import, self.layout, path, progress=progress)
         return await self._writer.call(lambda: import_warc(self.layout, self._db, plan))
 
     # ----------------------------------------------------------------- lookups
