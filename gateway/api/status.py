@@ -7,6 +7,7 @@ import asyncio
 
 from aiohttp import web
 
+from gateway.api.pages import home_page, wants_html
 from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, METRICS, READINESS
 from gateway.readiness import collections_down
 
@@ -23,7 +24,13 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def root_handler(request: web.Request) -> web.Response:
-    """``{"collections": {name: {"steps": [{"name", "sources": {member: description}}]}}}``."""
+    """``{"collections": {name: {"steps": [{"name", "sources": {member: description}}]}}}``.
+
+    A client asking for ``text/html`` (a browser) gets the collections page
+    instead (:func:`gateway.api.pages.home_page`).
+    """
+    if wants_html(request):
+        return await home_page(request)
     body = {
         name: {
             "sequence": collection.is_sequence,
