@@ -33,6 +33,7 @@ from gateway.api.memento import (
     timemap_handler,
     wayback_timegate_handler,
 )
+from gateway.api.openapi import openapi_handler
 from gateway.api.pages import collection_page
 from gateway.api.resource import POST_ROUTES, resource_handler
 from gateway.api.status import (
@@ -233,6 +234,7 @@ def create_app(
         ("GET", "/_health", health_handler),
         ("GET", "/_ready", ready_handler),
         ("GET", "/metrics", metrics_handler),
+        ("GET", "/openapi.json", openapi_handler),
         ("GET", "/{coll}/", collection_page),  # the page for people: search, calendar
         ("GET", "/{coll}/index", index_handler),
         ("GET", "/{coll}/cdx", ia_cdx_handler),  # IA CDX server dialect
