@@ -99,18 +99,23 @@ class _DigestingRecords:
     indexing stops half-way through a file.
     """
 
-    __slots__ = ("_recent", "_record_types", "_records", "done", "progress")
+    __slots__ = ("_position", "_recent", "_record_types", "_records", "done", "progress")
 
     def __init__(
         self,
         records: Any,
         record_types: Collection[str] | None,
         progress: Callable[[int], object] | None = None,
+        position: Callable[[], int] = lambda: 0,
     ) -> None:
         self._records = records
         self._record_types = record_types
         #: Called with the bytes of the file read since the last call.
         self.progress = progress
+        #: Where reading the file has got to (its ``tell``: it never consumes a
+        #: record, unlike warcio's ``get_record_offset``, which would read the
+        #: body that post_append still needs).
+        self._position = position
         #: The file offset reported to ``progress`` so far.
         self.done = 0
         # (record, its ensure_digest spool) for the last records yielded:
@@ -128,9 +133,10 @@ class _DigestingRecords:
     def __iter__(self) -> Iterator[Any]:
         for record in self._records:
             if self.progress is not None:
-                offset = self._records.get_record_offset()
-                self.progress(offset - self.done)
-                self.done = offset
+                offset = self._position()
+                if offset > self.done:
+                    self.progress(offset - self.done)
+                    self.done = offset
             if self._recent:
                 _, spool = self._recent[-1]
                 if spool is not None:
@@ -169,7 +175,7 @@ class _Indexer(CDXJIndexer):  # type: ignore[misc]  # cdxj-indexer ships no type
 
     def _create_record_iter(self, input_: BinaryIO) -> _DigestingRecords:
         self._records = _DigestingRecords(
-            super()._create_record_iter(input_), self.include_records, self.progress
+            super()._create_record_iter(input_), self.include_records, self.progress, input_.tell
         )
         return self._records
 
@@ -178,7 +184,7 @@ class _Indexer(CDXJIndexer):  # type: ignore[misc]  # cdxj-indexer ships no type
             super().process_one(input_, output, filename)
             if self.progress is not None:  # the last record, to the end of the file
                 done = self._records.done if self._records is not None else 0
-                self.progress(os.fstat(input_.fileno()).st_size - done)
+                self.progress(max(os.fstat(input_.fileno()).st_size - done, 0))
         finally:
             if self._records is not None:
                 self._records.close()

@@ -96,3 +96,21 @@ def test_a_rejected_file_is_reported_beside_the_bar(
     assert main(["store", "add", "--root", str(tmp_path / "store"), "--progress", str(bad)]) == 1
     err = capsys.readouterr().err
     assert f"gateway store add: {bad}: rejected:\n  " in err
+
+
+def test_index_progress_counts_every_byte_and_changes_nothing(sample_dir: Path) -> None:
+    import io
+
+    from gateway.indexer import archive_files, write_cdxj_index
+
+    inputs = [sample_dir / "warcs"]
+    plain = io.StringIO()
+    write_cdxj_index(inputs, plain)
+    counted: list[int] = []
+    watched = io.StringIO()
+    write_cdxj_index(inputs, watched, progress=counted.append)
+    # Watching the progress must not disturb post_append (POST bodies in the keys).
+    assert watched.getvalue() == plain.getvalue()
+    assert "__wb_method=post&foo=bar&test=abc" in plain.getvalue()
+    assert all(n >= 0 for n in counted)
+    assert sum(counted) == sum(p.stat().st_size for p in archive_files(inputs))
