@@ -20,29 +20,14 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from gateway.aggregate import Collection, IndexGroup, Step
 from gateway.api.common import ERRORS_HEADER, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
-from gateway.api.index import ia_cdx_handler, index_handler
-from gateway.api.memento import (
-    memento_handler,
-    timegate_handler,
-    timemap_handler,
-    wayback_timegate_handler,
-)
-from gateway.api.openapi import openapi_handler
-from gateway.api.pages import collection_page
-from gateway.api.resource import POST_ROUTES, resource_handler
-from gateway.api.status import (
-    health_handler,
-    metrics_handler,
-    ready_handler,
-    root_handler,
-    status_handler,
-)
+from gateway.cdxj import canonical_urlkey
 from gateway.clients import SharedClients
 from gateway.config import CollectionConfig, GatewayConfig
 from gateway.errors import ConfigError, GatewayError
@@ -52,10 +37,11 @@ from gateway.loaders.resolvers import RESOLVER_TYPES
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.metrics import CLIENT_LEFT_STATUS, Metrics, RouteStats
 from gateway.readiness import Readiness
-from gateway.recording import Recorder
 from gateway.sources import SOURCE_TYPES
 from gateway.sources.base import IndexSource
-from gateway.store import Store
+
+if TYPE_CHECKING:
+    from gateway.recording import Recorder
 
 __all__ = ["build_collection", "build_collections", "create_app"]
 
@@ -102,8 +88,10 @@ def build_collection(config: CollectionConfig, clients: SharedClients) -> Collec
         recording = frozenset(
             name for name, spec in step_config.members if spec.record or step_config.record
         )
-        recorder = None
+        recorder: Recorder | None = None
         if recording:
+            from gateway.recording import Recorder
+
             recorder = Recorder(
                 clients=clients,
                 members=recording,
@@ -197,9 +185,30 @@ def create_app(
     ``collections``/``clients`` may be passed when already built (``gateway
     serve`` builds them before binding so config errors stop start-up).
     """
+    # The API's handlers are imported here, not with this module: building
+    # collections (gateway check-config) needs none of them.
+    from gateway.api.index import ia_cdx_handler, index_handler
+    from gateway.api.memento import (
+        memento_handler,
+        timegate_handler,
+        timemap_handler,
+        wayback_timegate_handler,
+    )
+    from gateway.api.openapi import openapi_handler
+    from gateway.api.pages import collection_page
+    from gateway.api.resource import POST_ROUTES, resource_handler
+    from gateway.api.status import (
+        health_handler,
+        metrics_handler,
+        ready_handler,
+        root_handler,
+        status_handler,
+    )
+
     clients = clients or SharedClients(config.client)
     if collections is None:
         collections = build_collections(config, clients)
+    canonical_urlkey("http://example.com/")  # imports surt now, not during the first request
     app = web.Application()
     app[CONFIG] = config
     app[CLIENTS] = clients
@@ -213,6 +222,8 @@ def create_app(
         await shared.start()
         if config.uses_store and shared.store is None:
             readiness.block("store", "the snapshot store is opening (recovery)")
+            from gateway.store import Store
+
             shared.store = await Store.open(config.store)
             readiness.clear("store")
         readiness.clear("startup")

@@ -23,7 +23,6 @@ Also runnable alone: ``python -m gateway.store.cli check --root DIR``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -93,6 +92,8 @@ def _cmd_add(args: argparse.Namespace) -> int:
                     status = max(status, await _add_one(store, name, bar))
         return status
 
+    import asyncio
+
     return asyncio.run(run())
 
 
@@ -144,6 +145,8 @@ def _cmd_history(args: argparse.Namespace) -> int:
         for record in records:
             sys.stdout.write(record.to_json() if args.output == "json" else record.to_cdxj())
         return 0
+
+    import asyncio
 
     try:
         return asyncio.run(run())
