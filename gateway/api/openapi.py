@@ -41,6 +41,12 @@ def _param(name: str, where: str, description: str, **schema: Any) -> dict[str, 
     return param
 
 
+def _repeated(name: str, description: str) -> dict[str, Any]:
+    """A query parameter that may be given several times (``filter=a&filter=b``)."""
+    param = _param(name, "query", description, type="array", items={"type": "string"})
+    return param | {"style": "form", "explode": True}
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/parameters/{name}"}
 
@@ -152,14 +158,9 @@ _PARAMETERS: Final[dict[str, dict[str, Any]]] = {
         type="string",
         enum=["closest", "reverse"],
     ),
-    "filter": _param(
-        "filter",
-        "query",
-        "repeatable, ANDed: `[!][=|~]field:value` (= exact, ~ regex, else contains)",
-        type="array",
-        items={"type": "string"},
-    )
-    | {"style": "form", "explode": True},
+    "filter": _repeated(
+        "filter", "repeatable, ANDed: `[!][=|~]field:value` (= exact, ~ regex, else contains)"
+    ),
     "fl": _param("fl", "query", "comma-separated fields to output"),
     "output": _param(
         "output",
@@ -190,22 +191,8 @@ _IA_PARAMETERS: Final[list[dict[str, Any]]] = [
     _ref("matchType"),
     _ref("from"),
     _ref("to"),
-    _param(
-        "filter",
-        "query",
-        "repeatable: `[!][~]field:regex` (the whole value; ~ contains)",
-        type="array",
-        items={"type": "string"},
-    )
-    | {"style": "form", "explode": True},
-    _param(
-        "collapse",
-        "query",
-        "repeatable: `field` or `field:N`",
-        type="array",
-        items={"type": "string"},
-    )
-    | {"style": "form", "explode": True},
+    _repeated("filter", "repeatable: `[!][~]field:regex` (the whole value; ~ contains)"),
+    _repeated("collapse", "repeatable: `field` or `field:N`"),
     _param("fl", "query", "output fields (IA or pywb names)"),
     _param("output", "query", "json, else text"),
     _param("limit", "query", "N: the first N lines; -N: the last N", type="integer"),
@@ -291,6 +278,15 @@ def _direct_post(answers_as: str, tag: str) -> dict[str, Any]:
 _JSON_OBJECT: Final = {_JSON: {"schema": {"type": "object"}}}
 
 
+def _status_op(
+    summary: str, description: str, ok: dict[str, Any], more: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """An operation of the Status tag: no parameters, ``ok`` (and ``more`` answers)."""
+    operation = _op(summary, description, [], ok, (), tag="Status")
+    operation["responses"].update(more or {})
+    return operation
+
+
 def _paths() -> dict[str, dict[str, Any]]:
     postreq_resource = _postreq(
         "Post-request API: a wrapped request, its record", "GET /{coll}/resource", "Resource API"
@@ -298,76 +294,52 @@ def _paths() -> dict[str, dict[str, Any]]:
     postreq_index = _postreq(
         "Post-request API: a wrapped request, its index lines", "GET /{coll}/index", "Index API"
     )
-    status = "Status"
     return {
         "/": {
-            "get": _op(
+            "get": _status_op(
                 "The collections (JSON; an HTML page for browsers)",
                 "JSON `{collections: {name: {sequence, steps: [...]}}}`; a client asking "
                 "for text/html gets the page of collections, their health and search forms.",
-                [],
                 {"description": "the collections", "content": {**_JSON_OBJECT, "text/html": {}}},
-                (),
-                tag=status,
             )
         },
         "/_status": {
-            "get": _op(
+            "get": _status_op(
                 "Circuit breakers",
                 "Each group member's breaker: state, failures, seconds left, last failure.",
-                [],
                 {"description": "`{breakers: {coll: {step: {member: state}}}}`"}
                 | {"content": _JSON_OBJECT},
-                (),
-                tag=status,
             )
         },
         "/_health": {
-            "get": _op(
+            "get": _status_op(
                 "Liveness",
                 "`{ok: true}` while the process answers.",
-                [],
                 {"description": "alive", "content": _JSON_OBJECT},
-                (),
-                tag=status,
             )
         },
         "/_ready": {
-            "get": _op(
+            "get": _status_op(
                 "Readiness",
                 "`{ready: true}`, or 503 `{ready: false, reasons: {name: why}}` while "
                 "starting, stopping, held by a subsystem, or while a collection has every "
                 "source down.",
-                [],
                 {"description": "ready", "content": _JSON_OBJECT},
-                (),
-                tag=status,
+                {"503": {"description": "not ready", "content": _JSON_OBJECT}},
             )
-            | {
-                "responses": {
-                    "200": {"description": "ready", "content": _JSON_OBJECT},
-                    "503": {"description": "not ready", "content": _JSON_OBJECT},
-                }
-            }
         },
         "/metrics": {
-            "get": _op(
+            "get": _status_op(
                 "Prometheus metrics",
                 "Every metric family in the Prometheus text format 0.0.4.",
-                [],
                 _text("the families", "text/plain"),
-                (),
-                tag=status,
             )
         },
         "/openapi.json": {
-            "get": _op(
+            "get": _status_op(
                 "This document",
                 "The OpenAPI 3.1 description of every route.",
-                [],
                 {"description": "OpenAPI 3.1", "content": _JSON_OBJECT},
-                (),
-                tag=status,
             )
         },
         "/{coll}/": {

@@ -15,12 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.metrics import register_collector
+from tests import test_recording
 from tests.conftest import free_port
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[str], Awaitable[Client]]
 Labels = dict[str, str]
 Families = dict[str, list[tuple[str, Labels, float]]]
+#: The recording tests' live web (a real aiohttp server) and their recording config.
+live_web = test_recording.live_web
+recording_config = test_recording._config
 
 
 async def scrape(client: Client) -> Families:
@@ -151,35 +155,12 @@ collections:
 
 
 async def test_store_captures_by_dedup_decision(
-    aiohttp_client: Callable[..., Awaitable[Client]],
-    aiohttp_server: Callable[..., Awaitable[TestServer]],
-    tmp_path: Path,
+    make_client: MakeClient, live_web: tuple[str, dict[str, int]], tmp_path: Path
 ) -> None:
-    async def page(request: web.Request) -> web.Response:
-        return web.Response(text="<html>the same page every time</html>", content_type="text/html")
-
-    web_app = web.Application()
-    web_app.router.add_get("/page", page)
-    live = await aiohttp_server(web_app, host="127.0.0.1")
-    client = await aiohttp_client(
-        create_app(
-            parse_config(f"""
-store:
-  root: {tmp_path}
-  fsync: never
-collections:
-  rec:
-    dedup: revisit
-    sequence:
-      - name: live
-        index: {{type: live, allow_private_networks: true}}
-        record: true
-""")
-        )
-    )
-    url = f"http://127.0.0.1:{live.port}/page"
+    base, _hits = live_web
+    client = await make_client(recording_config(tmp_path))
     for _ in range(2):
-        assert (await client.get("/rec/resource", params={"url": url})).status == 200
+        assert (await client.get("/rec/resource", params={"url": f"{base}/page"})).status == 200
     families: Families = {}
     for _ in range(100):  # acknowledgements are asynchronous
         families = await scrape(client)

@@ -8,7 +8,7 @@ mementos work without it. The gateway serves the pywb sample archive on
 
 With ``GATEWAY_SCREENSHOT_DIR`` set, the calendar page's screenshot is also
 written there (``docs/page.png`` in the README comes from
-``GATEWAY_SCREENSHOT_DIR=docs .venv/bin/python -m pytest tests/test_browser.py``).
+``GATEWAY_SCREENSHOT_DIR=docs .venv/bin/python -m pytest tests/api/test_browser.py``).
 """
 
 from __future__ import annotations
@@ -40,19 +40,9 @@ PRINT_CSS: Final = "http://www.iana.org/_css/2013.1/print.css"
 
 
 @pytest.fixture
-async def gateway(sample_dir: Path) -> AsyncIterator[str]:
-    """Base URL of the gateway serving the sample archive as ``pywb`` and ``iana``."""
-    app = create_app(
-        parse_config(f"""
-collections:
-  pywb:
-    index: {sample_dir}/cdxj/
-    resource: {sample_dir}/warcs/
-  iana:
-    index: {sample_dir}/cdxj/iana.cdxj
-    resource: {sample_dir}/warcs/
-""")
-    )
+async def gateway(sample_yaml: str) -> AsyncIterator[str]:
+    """Base URL of the gateway serving the sample archive (``pywb``, ``iana``, ...)."""
+    app = create_app(parse_config(sample_yaml))
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
