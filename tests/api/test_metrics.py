@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.keys import METRICS
 from gateway.metrics import register_collector
 from tests import test_recording
 from tests.conftest import free_port
@@ -203,3 +204,39 @@ async def test_registered_collectors_are_scraped_each_time(
     assert value(families, "gateway_copies", status="present") == 7
     # prometheus-client's standard process families come along.
     assert value(families, "process_resident_memory_bytes") > 0
+
+
+async def test_a_client_that_leaves_is_counted_as_499(
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+) -> None:
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(10)
+        return web.Response(text="")
+
+    upstream = web.Application()
+    upstream.router.add_get("/cdx", slow)
+    server = await aiohttp_server(upstream, host="127.0.0.1")
+    app = create_app(
+        parse_config(f"collections:\n  slow: cdx+http://127.0.0.1:{server.port}/cdx\n")
+    )
+    runner = web.AppRunner(app, handler_cancellation=True)  # as gateway serve runs it
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /slow/index?url=iana.org HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.transport.abort()  # gone before the answer
+        counted = 0
+        for _ in range(100):
+            stats = app[METRICS].routes
+            counted = sum(s.statuses.get(499, 0) for s in stats if s.route == "/{coll}/index")
+            if counted:
+                break
+            await asyncio.sleep(0.05)
+        assert counted == 1
+    finally:
+        await runner.cleanup()
