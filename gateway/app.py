@@ -246,7 +246,6 @@ def create_app(
         ("GET", "/_ready", ready_handler),
         ("GET", "/metrics", metrics_handler),
         ("GET", "/openapi.json", openapi_handler),
-        ("GET", "/{coll}/", collection_page),  # the page for people: search, calendar
         ("GET", "/{coll}/index", index_handler),
         ("GET", "/{coll}/cdx", ia_cdx_handler),  # IA CDX server dialect
         ("GET", "/{coll}/resource", resource_handler),  # GET also answers HEAD
@@ -256,6 +255,8 @@ def create_app(
         ("GET", "/{coll}/timemap/{format}/{url:.*}", timemap_handler),
         ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:.*}", memento_handler),
         ("GET", "/{coll}/{url:[hH][tT][tT][pP][sS]?:.*}", wayback_timegate_handler),
+        # Last of the API (its requests come first): the page for people.
+        ("GET", "/{coll}/", collection_page),
     ]
     for method, path, handler in routes:
         stats = metrics.route(method, path)
