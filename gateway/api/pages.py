@@ -77,6 +77,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["q"] = lambda text: quote(str(text), safe="")
     env.globals["page_link"] = page_link
+    env.globals["max_captures"] = MAX_PAGE_CAPTURES
     return env
 
 
@@ -161,7 +162,10 @@ async def collection_page(request: web.Request) -> web.Response:
     try:
         captures = await _captures(collection, url)
         if "*" in url:
-            return _render("collection.html", **context, urls=_url_counts(captures))
+            truncated = len(captures) >= MAX_PAGE_CAPTURES
+            return _render(
+                "collection.html", **context, urls=_url_counts(captures), truncated=truncated
+            )
         context.update(_calendar(captures, request.query))
     except GatewayError as exc:
         context["error"] = exc
@@ -218,7 +222,12 @@ def _calendar(captures: list[_Capture], params: Mapping[str, str]) -> dict[str, 
     if not captures:
         return {"captures": [], "years": []}
     years = sorted(Counter(c.timestamp[:4] for c in captures).items())
-    day = day_text or (year_text and _last_day(captures, year_text)) or captures[-1].timestamp[:8]
+    if day_text:
+        day = day_text
+    elif year_text:
+        day = _last_day(captures, year_text)  # "" for a year without captures
+    else:
+        day = captures[-1].timestamp[:8]
     year = year_text or day[:4]
     per_day = Counter(c.timestamp[:8] for c in captures if c.timestamp.startswith(year))
     months = []
@@ -236,10 +245,11 @@ def _calendar(captures: list[_Capture], params: Mapping[str, str]) -> dict[str, 
         "year": year,
         "months": months,
         "day": day,
-        "day_captures": [c for c in captures if c.timestamp.startswith(day)],
+        "day_captures": [c for c in captures if day and c.timestamp.startswith(day)],
         "first": captures[0],
         "last": captures[-1],
         "fuzzy": any(c.fuzzy for c in captures),
+        "truncated": len(captures) >= MAX_PAGE_CAPTURES,
     }
 
 

@@ -104,3 +104,13 @@ async def test_a_collection_whose_sources_all_fail_is_a_503_page(make_client: Ma
     assert "<code>gone</code>:" in text  # the failure, by source
     home = await client.get("/", headers=HTML)
     assert '<span class="state failing"' in await home.text()
+
+
+async def test_a_year_without_captures(make_client: MakeClient, sample_yaml: str) -> None:
+    client = await make_client(sample_yaml)
+    resp = await client.get("/iana/", params={"url": "http://www.iana.org/", "year": "2013"})
+    text = await resp.text()
+    assert resp.status == 200
+    assert '<a href="/iana/?url=http%3A%2F%2Fwww.iana.org%2F&amp;year=2014">2014 (' in text
+    assert "No captures in 2013" in text
+    assert 'class="capture"' not in text
