@@ -89,7 +89,9 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
     Rendered in a worker thread: registered collectors may block briefly.
     """
-    body = await asyncio.to_thread(request.app[METRICS].render, request.app)
+    metrics = request.app[METRICS]
+    metrics.registry(request.app)  # made once, here on the event loop, not in two threads
+    body = await asyncio.to_thread(metrics.render, request.app)
     response = web.Response(body=body)
     response.headers["Content-Type"] = METRICS_CONTENT_TYPE
     return response
