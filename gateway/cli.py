@@ -66,10 +66,14 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     app = create_app(config, collections=collections, clients=clients)
     app.on_startup.append(_freeze_heap)
-    print(
-        f"gateway: serving {', '.join(collections) or '(no collections)'} "
-        f"on http://{args.host}:{args.port}/",
-        file=sys.stderr,
+    import logging
+
+    # A log record, so that with --log-format json every line of standard error is JSON.
+    logging.getLogger("gateway.cli").info(
+        "serving %s on http://%s:%d/ (open it in a browser, or ask /openapi.json)",
+        ", ".join(collections) or "(no collections)",
+        args.host,
+        args.port,
     )
     web.run_app(
         app,

@@ -49,7 +49,10 @@ def test_json_logs_carry_the_access_log_fields(tmp_path: Path, sample_dir: Path)
         lines = _lines_with(server, "/iana/index", 2)
     finally:
         server.stop()
-    records = [json.loads(line) for line in lines]  # every line is one JSON object
+    records = [json.loads(line) for line in lines]
+    # Every line of standard error is one JSON object, the start-up line included.
+    everything = [json.loads(line) for line in server.stderr_path.read_text().splitlines()]
+    assert everything[0]["message"].startswith("serving iana on http://127.0.0.1:")
     ok, bad = records[-2:]
     assert ok["logger"] == "aiohttp.access"
     assert ok["level"] == "INFO"
