@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.core import GaugeMetricFamily
@@ -131,22 +132,26 @@ collections:
     assert value(families, "gateway_source_consecutive_failures", **gone) == 3
 
 
-async def test_timeouts_are_counted_apart_from_errors(
-    make_client: MakeClient, aiohttp_server: Callable[..., Awaitable[TestServer]]
-) -> None:
+@pytest.fixture
+async def slow_cdx(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> str:
+    """The URL of a CDX server on 127.0.0.1 that takes 10 s to answer."""
+
     async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(5)
+        await asyncio.sleep(10)
         return web.Response(text="")
 
     upstream = web.Application()
     upstream.router.add_get("/cdx", slow)
     server = await aiohttp_server(upstream, host="127.0.0.1")
-    client = await make_client(f"""
-collections:
-  slow:
-    index: cdx+http://127.0.0.1:{server.port}/cdx
-    timeout: 0.2
-""")
+    return f"http://127.0.0.1:{server.port}/cdx"
+
+
+async def test_timeouts_are_counted_apart_from_errors(
+    make_client: MakeClient, slow_cdx: str
+) -> None:
+    client = await make_client(
+        f"collections:\n  slow:\n    index: cdx+{slow_cdx}\n    timeout: 0.2\n"
+    )
     resp = await client.get("/slow/index", params={"url": "iana.org"})
     assert resp.status == 503
     families = await scrape(client)
@@ -206,19 +211,8 @@ async def test_registered_collectors_are_scraped_each_time(
     assert value(families, "process_resident_memory_bytes") > 0
 
 
-async def test_a_client_that_leaves_is_counted_as_499(
-    aiohttp_server: Callable[..., Awaitable[TestServer]],
-) -> None:
-    async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(10)
-        return web.Response(text="")
-
-    upstream = web.Application()
-    upstream.router.add_get("/cdx", slow)
-    server = await aiohttp_server(upstream, host="127.0.0.1")
-    app = create_app(
-        parse_config(f"collections:\n  slow: cdx+http://127.0.0.1:{server.port}/cdx\n")
-    )
+async def test_a_client_that_leaves_is_counted_as_499(slow_cdx: str) -> None:
+    app = create_app(parse_config(f"collections:\n  slow: cdx+{slow_cdx}\n"))
     runner = web.AppRunner(app, handler_cancellation=True)  # as gateway serve runs it
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
