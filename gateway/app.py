@@ -208,15 +208,17 @@ def create_app(
         ("GET", "/{coll}/resource", resource_handler),  # GET also answers HEAD
         *POST_ROUTES,  # post-request API and direct POSTs
         # Memento (RFC 7089); GET also answers HEAD
-        ("GET", "/{coll}/timegate/{url:.*}", timegate_handler),
-        ("GET", "/{coll}/timemap/{format}/{url:.*}", timemap_handler),
-        ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:.*}", memento_handler),
-        ("GET", "/{coll}/{url:[hH][tT][tT][pP][sS]?:.*}", wayback_timegate_handler),
+        # ({url} takes any character, an encoded newline too: [\s\S], not .)
+        ("GET", r"/{coll}/timegate/{url:[\s\S]*}", timegate_handler),
+        ("GET", r"/{coll}/timemap/{format}/{url:[\s\S]*}", timemap_handler),
+        ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:[\s\S]*}", memento_handler),
+        ("GET", r"/{coll}/{url:[hH][tT][tT][pP][sS]?:[\s\S]*}", wayback_timegate_handler),
     ]
     for method, path, handler in routes:
         if method == "GET":
             app.router.add_get(path, api_route(handler))  # and HEAD
         else:
             app.router.add_route(method, path, api_route(handler))
-    app.router.add_route("*", "/{path:.*}", api_route(_no_route))  # last: what no route takes
+    # last: what no route takes (any character, an encoded newline too)
+    app.router.add_route("*", r"/{path:[\s\S]*}", api_route(_no_route))
     return app

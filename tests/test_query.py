@@ -59,9 +59,11 @@ def test_from_and_to_are_padded_like_pywb() -> None:
     assert (query.from_ts, query.to_ts) == ("20140101000000", "20140231235959")
 
 
-def test_closest_is_padded_and_sorts() -> None:
+def test_closest_is_padded_toward_the_end_of_its_period_as_pywb_pads_it() -> None:
+    # warcio timestamp_to_datetime, which pywb's cdx_sort_closest measures from
     query = parse_query(q(url="example.com", closest="2014"))
-    assert (query.closest, query.sort) == ("20140101000000", "closest")
+    assert (query.closest, query.sort) == ("20141231235959", "closest")
+    assert parse_query(q(url="example.com", closest="201402")).closest == "20140228235959"
     assert parse_query(q(url="example.com", closest="now")).closest is not None
 
 
