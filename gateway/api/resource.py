@@ -137,11 +137,14 @@ async def find_record(
 class _Seen:
     """What :func:`_first_loadable` met: any capture, and whether every source failed."""
 
-    __slots__ = ("captures", "failed_all")
+    __slots__ = ("captures", "deadlines", "failed_all")
 
     def __init__(self) -> None:
         self.captures = False
         self.failed_all = True
+        #: Each step's lookup deadline, set by the exact lookup and kept by
+        #: the fuzzy retry (one deadline per request and step).
+        self.deadlines: dict[int, float] = {}
 
 
 async def _first_loadable(
@@ -153,7 +156,8 @@ async def _first_loadable(
     widened: Widened | None,
 ) -> tuple[Step, LoadedRecord] | None:
     """The first capture that loads, step by step, for ``query`` or its ``widened`` form."""
-    for step in collection.steps:
+    for position, step in enumerate(collection.steps):
+        deadline = seen.deadlines.setdefault(position, step.index.deadline())
         ctx = LoadContext(
             request_url=query.url,
             find_original=_OriginalFinder(step),
@@ -165,9 +169,9 @@ async def _first_loadable(
                 recent = await recorder.recent(query.url, ctx)
                 if recent is not None:
                     return step, recent
-            answer = await step.index.lookup(query)
+            answer = await step.index.lookup(query, deadline=deadline)
         else:
-            answer = await fuzzy_lookup(step.index, widened)
+            answer = await fuzzy_lookup(step.index, widened, deadline=deadline)
         errors.update(answer.errors)
         seen.failed_all = seen.failed_all and answer.failed_all
         try:
