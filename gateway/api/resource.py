@@ -24,6 +24,7 @@ served is then another URL's, and its ``Warcserver-Cdx`` line says
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Final
 from urllib.parse import quote
@@ -227,16 +228,27 @@ def _cdx_header(capture: CdxRecord) -> str:
     return line
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _header_safe(value: str) -> str:
+    """``value`` with control characters percent-encoded: a header line may not
+    hold them (a URL with ``%1F`` decoded, an archived URL)."""
+    if _CONTROL.search(value) is None:
+        return value
+    return _CONTROL.sub(lambda m: f"%{ord(m.group()):02X}", value)
+
+
 def record_headers(step: Step, loaded: LoadedRecord, errors: dict[str, str]) -> dict[str, str]:
     """pywb warcserver's Resource API headers for ``loaded`` (see module docstring)."""
     capture = loaded.capture
     headers = {
         "Content-Type": "application/warc-record",
         "Warcserver-Type": "warc",
-        "Warcserver-Cdx": _cdx_header(capture),
+        "Warcserver-Cdx": _header_safe(_cdx_header(capture)),
         "Warcserver-Source-Coll": quote(capture.source, safe=":/"),
-        "WARC-Target-URI": loaded.target_uri,
-        "Link": link_value(loaded.target_uri, "original"),
+        "WARC-Target-URI": _header_safe(loaded.target_uri),
+        "Link": _header_safe(link_value(loaded.target_uri, "original")),
     }
     try:
         headers["Memento-Datetime"] = timestamp_to_http_date(iso_to_timestamp(loaded.warc_date))
