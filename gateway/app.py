@@ -31,6 +31,7 @@ from gateway.api.memento import (
     timemap_handler,
     wayback_timegate_handler,
 )
+from gateway.api.modes import list_sources_handler, modes_handler
 from gateway.api.resource import POST_ROUTES, resource_handler
 from gateway.api.status import health_handler, root_handler, status_handler
 from gateway.clients import SharedClients
@@ -213,6 +214,10 @@ def create_app(
         ("GET", r"/{coll}/timemap/{format}/{url:[\s\S]*}", timemap_handler),
         ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:[\s\S]*}", memento_handler),
         ("GET", r"/{coll}/{url:[hH][tT][tT][pP][sS]?:[\s\S]*}", wayback_timegate_handler),
+        # pywb warcserver's mode listing and source list
+        ("GET", "/{coll}", modes_handler),
+        ("POST", "/{coll}/postreq", modes_handler),
+        ("GET", "/{coll}/list_sources", list_sources_handler),
     ]
     for method, path, handler in routes:
         if method == "GET":

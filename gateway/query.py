@@ -5,8 +5,9 @@ Parameter semantics follow pywb's warcserver (``CDXQuery`` and
 ``matchType`` exact|prefix|host|domain, ``closest`` (1 to 14 digits or
 ``now``), ``from``/``to`` padded to 14 digits down and up, ``limit``,
 ``sort=closest|reverse``, repeatable ``filter`` in pywb syntax
-``[!][=|~]field:value``, ``fl``/``fields``, ``output`` and ``allowFuzzy``
-(pywb's boolean: empty, 0, false, f and off turn fuzzy matching off).
+``[!][=|~]field:value``, ``fl``/``fields``, ``output``, ``allowFuzzy``
+(pywb's boolean: empty, 0, false, f and off turn fuzzy matching off),
+``resolveRevisits`` (the same boolean, default off) and ``collapseTime``.
 
 Every problem raises :class:`~gateway.errors.BadRequest` naming the parameter.
 """
@@ -300,6 +301,13 @@ class CaptureQuery:
     #: This lookup is a widened one (:mod:`gateway.fuzzy`): sources that cannot
     #: widen a lookup (Memento, live) answer it with nothing, as pywb's do.
     fuzzy: bool = False
+    #: ``resolveRevisits``: revisit lines get their original's ``mime`` and
+    #: ``status`` and ``orig.length``/``orig.offset``/``orig.filename``
+    #: (pywb ``cdx_resolve_revisits``).
+    resolve_revisits: bool = False
+    #: ``collapseTime=N``: of adjacent lines with the same first N timestamp
+    #: digits and status, only the first (pywb ``cdx_collapse_time_status``).
+    collapse_time: int | None = None
 
     @classmethod
     def for_url(
@@ -463,4 +471,13 @@ def parse_query(params: Mapping[str, Sequence[str]], *, url: str | None = None) 
         sources=sources,
         exclude_sources=exclude,
         allow_fuzzy=_flag(params, "allowFuzzy", default=True),
+        resolve_revisits=_flag(params, "resolveRevisits", default=False),
+        collapse_time=_collapse_time(params),
     )
+
+
+def _collapse_time(params: Mapping[str, Sequence[str]]) -> int | None:
+    text = _one(params, "collapseTime")
+    if not text:
+        return None
+    return parse_int("collapseTime", text, minimum=0)
