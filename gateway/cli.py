@@ -123,25 +123,45 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _index(args: argparse.Namespace) -> int:
+    """``gateway index``: see :func:`gateway.indexer.index_archives`.
+
+    Each problem is one line on stderr; the exit status is 1 when there was
+    any (``--strict``: at the first, with nothing written). ``-o FILE`` is
+    written under ``FILE.tmp`` and renamed at the end; the temporary file is
+    removed on every failure.
+    """
     from pathlib import Path
 
-    from gateway.indexer import write_cdxj_index
+    from gateway.indexer import IndexReport, index_archives
 
     inputs = [Path(p) for p in args.warcs]
+    report: IndexReport | None = None
+    tmp: Path | None = None
     try:
         if args.output and args.output != "-":
             out_path = Path(args.output)
             tmp = out_path.with_name(out_path.name + ".tmp")
             with tmp.open("w", encoding="utf-8") as out:
-                count = write_cdxj_index(inputs, out)
+                report = index_archives(inputs, out, strict=args.strict)
             tmp.replace(out_path)
+            tmp = None
         else:
-            count = write_cdxj_index(inputs, sys.stdout)
+            report = index_archives(inputs, sys.stdout, strict=args.strict)
     except (ValueError, OSError) as exc:
         print(f"gateway index: {exc}", file=sys.stderr)
         return 1
-    print(f"gateway index: {count} captures from {len(inputs)} file(s)", file=sys.stderr)
-    return 0
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+    for problem in report.problems:
+        print(f"gateway index: {problem}", file=sys.stderr)
+    indexed = len(inputs) - len(report.skipped)
+    print(
+        f"gateway index: {report.lines} captures from {indexed} file(s)"
+        + (f"; {len(report.problems)} problem(s), see above" if report.problems else ""),
+        file=sys.stderr,
+    )
+    return 1 if report.problems else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="write a sorted CDXJ index of WARC/ARC files")
     index.add_argument("warcs", nargs="+", metavar="WARC", help="WARC or ARC files")
     index.add_argument("-o", "--output", help="output file (default: standard output)")
+    index.add_argument(
+        "--strict",
+        action="store_true",
+        help="stop at the first unreadable file or record, writing nothing",
+    )
     index.set_defaults(run=_index)
 
     from gateway.store.cli import add_subcommands as add_store_subcommands
