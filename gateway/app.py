@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from gateway.aggregate import Collection, IndexGroup, Step
-from gateway.api.common import ERRORS_HEADER, errors_header_value
+from gateway.api.common import ERRORS_HEADER, client_left, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
 from gateway.api.index import ia_cdx_handler, index_handler
 from gateway.api.memento import (
@@ -114,17 +114,29 @@ def api_route(handler: Handler) -> Handler:
     :class:`~gateway.errors.GatewayError` becomes its JSON answer (logged
     when it is a 5xx), an HTTP error (``web.HTTPException`` of status 400 or
     more) a JSON ``{"message": ...}`` keeping its ``Allow`` header: never a
-    traceback. Every answer returned unsent gets the CORS headers (a handler
-    that streams adds them before ``prepare``).
+    traceback. A client that left before the answer started (a
+    ``ConnectionError`` on its own connection) is logged at DEBUG
+    (:func:`~gateway.api.common.client_left`), never as an error. Every
+    answer returned unsent gets the CORS headers (a handler that streams
+    adds them before ``prepare``).
     """
 
     @functools.wraps(handler)
     async def route(request: web.Request) -> web.StreamResponse:
         try:
             response = await handler(request)
+        except ConnectionError:
+            transport = request.transport
+            if transport is not None and not transport.is_closing():
+                raise  # not the client's connection: a bug, answered 500 and logged
+            # The client left before the answer started (e.g. during the lookup).
+            client_left(request)
+            return web.Response(status=499, reason="Client Closed Request")
         except GatewayError as exc:
             if exc.status >= 500:
-                logger.error("%s %s -> %d: %s", request.method, request.path_qs, exc.status, exc)
+                logger.error(
+                    "%s %s -> %d: %s", request.method, _shown(request.path_qs), exc.status, exc
+                )
             headers = {ERRORS_HEADER: errors_header_value(exc.errors)} if exc.errors else {}
             response = web.json_response(
                 exc.to_json(), status=exc.status, headers=headers, dumps=_dumps
@@ -134,7 +146,7 @@ def api_route(handler: Handler) -> Handler:
                 add_cors_headers(exc)
                 raise
             response = web.json_response(
-                {"message": f"{exc.reason}: {request.method} {request.path}"},
+                {"message": f"{exc.reason}: {request.method} {_shown(request.path)}"},
                 status=exc.status,
                 headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
             )
@@ -158,6 +170,11 @@ async def _no_route(request: web.Request) -> web.StreamResponse:
     if allowed:
         raise web.HTTPMethodNotAllowed(request.method, sorted(allowed))
     raise web.HTTPNotFound()
+
+
+def _shown(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters: client input is never echoed at length."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _dumps(obj: object) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import asyncio
+    import socket
 
     from gateway.config import GatewayConfig
 
@@ -61,6 +62,14 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
+    try:
+        sock = _listen(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"gateway: cannot listen on {args.host} port {args.port}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = create_app(config, collections=collections, clients=clients)
     app.on_startup.append(_freeze_heap)
@@ -71,14 +80,28 @@ def _serve(args: argparse.Namespace) -> int:
     )
     web.run_app(
         app,
-        host=args.host,
-        port=args.port,
+        sock=sock,
         handler_cancellation=True,
         access_log=None,
         print=None,
         loop=_new_loop(),
     )
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (the first address it resolves to).
+
+    Bound before anything is printed or started, so a busy port is one line
+    and exit status 2, never a traceback after "serving on". Raises
+    :class:`OSError` (``socket.gaierror`` for a host that does not resolve).
+    """
+    import socket
+
+    family, _type, _proto, _name, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    return socket.create_server(address[:2], family=family)
 
 
 async def _freeze_heap(app: object) -> None:
@@ -98,13 +121,17 @@ def _check_config(args: argparse.Namespace) -> int:
     from gateway.app import build_collections
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
+    from gateway.missing_dirs import report_only
 
     try:
         config = _load(args.file)
-        collections = build_collections(config, SharedClients(config.client))
+        with report_only() as missing:  # check-config changes nothing on disk
+            collections = build_collections(config, SharedClients(config.client))
     except ConfigError as exc:
         print(f"gateway: bad config {args.file}: {exc}", file=sys.stderr)
         return 2
+    for line in missing:
+        print(f"gateway: warning: {line}", file=sys.stderr)
     print(f"{args.file}: OK, {len(collections)} collection(s)")
     for name, collection in collections.items():
         kind = "sequence" if collection.is_sequence else "collection"

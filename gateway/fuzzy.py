@@ -53,6 +53,7 @@ import yaml
 from gateway.cdxj import CdxRecord
 from gateway.errors import ConfigError
 from gateway.query import MATCH_TYPES, CaptureQuery, CdxFilter, MatchType, key_range
+from gateway.yaml_load import safe_load
 
 __all__ = ["DEFAULT_RULES", "FUZZY_FIELD", "FuzzyRule", "FuzzyRules", "Widened", "load_rules"]
 
@@ -245,7 +246,7 @@ def load_rules(path: str | Path, where: str) -> FuzzyRules:
     except OSError as exc:
         raise ConfigError(where, f"cannot read fuzzy rules file {path}: {exc.strerror}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(where, f"fuzzy rules file {path} is not valid YAML: {exc}") from exc
     try:

@@ -97,7 +97,10 @@ def client_left(request: web.Request) -> None:
     exchange quietly instead of logging a traceback at ERROR for a client
     that merely went away.
     """
-    logger.debug("client left during %s %s", request.method, request.path_qs)
+    target = request.path_qs
+    if len(target) > 300:
+        target = target[:300] + "..."
+    logger.debug("client left during %s %s", request.method, target)
 
 
 #: Header values by their ``(name, reason)`` pairs (see :func:`errors_header_value`).

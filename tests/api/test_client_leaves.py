@@ -1,0 +1,117 @@
+"""A client that leaves mid-answer is logged at DEBUG on every route, never as an error.
+
+Each answer is larger than the socket buffers hold, so the server is still
+writing when the client goes away (:func:`tests.conftest.leave_mid_answer`
+asserts the DEBUG line and that nothing was logged at ERROR). ``/index`` and
+``/resource`` are covered in their own modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from gateway.app import create_app
+from gateway.config import parse_config
+from gateway.indexer import write_cdxj_index
+from tests.conftest import leave_mid_answer
+
+
+def _long_index(path: Path, lines: int) -> Path:
+    path.write_text(
+        "".join(
+            f'com,example)/p{i:06d} 20140101000000 {{"url": "http://example.com/p{i:06d}", '
+            f'"mime": "text/html", "status": "200", "length": "100", "offset": "{i * 100}", '
+            f'"filename": "big.warc.gz"}}\n'
+            for i in range(lines)
+        ),
+        "utf-8",
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/big/cdx?url=example.com/&matchType=prefix",
+        "/big/cdx?url=example.com/&matchType=prefix&output=json",
+    ],
+)
+async def test_leaving_an_index_answer_is_not_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, target: str
+) -> None:
+    big = _long_index(tmp_path / "big.cdxj", 100_000)
+    route = target.split("?")[0].rsplit("/", 1)[-1]
+    await leave_mid_answer(
+        f"collections:\n  big:\n    index: {big}\n",
+        target,
+        caplog,
+        expect_log=f"client left during GET /big/{route}",
+    )
+
+
+async def test_leaving_a_raw_memento_is_not_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    warc = tmp_path / "big.warc.gz"
+    with warc.open("wb") as out:
+        writer = WARCWriter(out, gzip=True)
+        http = StatusAndHeaders("200 OK", [("Content-Type", "text/plain")], protocol="HTTP/1.1")
+        record = writer.create_warc_record(
+            "http://example.com/big",
+            "response",
+            payload=io.BytesIO(b"x" * (32 * 1024 * 1024)),
+            http_headers=http,
+        )
+        writer.write_record(record)
+        record.raw_stream.close()
+    with (tmp_path / "big.cdxj").open("w") as index:
+        write_cdxj_index([warc], index)
+    timestamp = (tmp_path / "big.cdxj").read_text().split(" ", 2)[1]
+    await leave_mid_answer(
+        f"collections:\n  big:\n    index: {tmp_path / 'big.cdxj'}\n    resource: {tmp_path}/\n",
+        f"/big/{timestamp}id_/http://example.com/big",
+        caplog,
+        expect_log=f"client left during GET /big/{timestamp}id_/",
+    )
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/big/cdx?url=example.com/&matchType=prefix&showNumPages=true",
+        "/big/cdx?url=example.com/&matchType=prefix&page=60",
+    ],
+)
+async def test_leaving_before_the_answer_starts_is_not_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, target: str
+) -> None:
+    # The lookup scans 60,000 lines before the first byte is written; the
+    # client is gone by then, so writing the status line fails.
+    big = _long_index(tmp_path / "big.cdxj", 60_000)
+    runner = web.AppRunner(create_app(parse_config(f"collections:\n  big:\n    index: {big}\n")))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        with caplog.at_level(logging.DEBUG):
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            await writer.drain()
+            writer.transport.abort()
+            for _ in range(400):
+                if "client left during GET /big/" in caplog.text:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        await runner.cleanup()
+    assert "client left during GET /big/" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
