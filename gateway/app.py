@@ -41,6 +41,7 @@ from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, TIMEMAP_PAGE_SIZE
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.resolvers import RESOLVER_TYPES
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
+from gateway.logfilter import install as install_bad_request_log_filter
 from gateway.recording import Recorder
 from gateway.sources import SOURCE_TYPES
 from gateway.sources.base import IndexSource
@@ -192,6 +193,7 @@ def create_app(
     ``collections``/``clients`` may be passed when already built (``gateway
     serve`` builds them before binding so config errors stop start-up).
     """
+    install_bad_request_log_filter()  # aiohttp's own 400s: one INFO line, no traceback
     clients = clients or SharedClients(config.client)
     if collections is None:
         collections = build_collections(config, clients)

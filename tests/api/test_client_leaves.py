@@ -115,3 +115,36 @@ async def test_leaving_before_the_answer_starts_is_not_an_error(
         await runner.cleanup()
     assert "client left during GET /big/" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize(
+    "request_line",
+    [
+        "GET /big/index?url=m\u00fcnchen.de/ HTTP/1.1".encode(),  # raw UTF-8: llhttp refuses it
+        b"GET /big/index?url=" + b"a" * 9000 + b" HTTP/1.1",  # past aiohttp's 8190 bytes
+    ],
+)
+async def test_requests_aiohttp_refuses_are_logged_in_one_short_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, request_line: bytes
+) -> None:
+    # aiohttp answers these itself (a plain-text 400) before the app sees
+    # them; the gateway makes its log record one INFO line, the input cut.
+    big = _long_index(tmp_path / "big.cdxj", 10)
+    runner = web.AppRunner(create_app(parse_config(f"collections:\n  big:\n    index: {big}\n")))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        with caplog.at_level(logging.DEBUG):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request_line + b"\r\nHost: 127.0.0.1\r\n\r\n")
+            assert (await reader.readline()).startswith(b"HTTP/1.0 400")
+            writer.close()
+    finally:
+        await runner.cleanup()
+    (record,) = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert record.levelno == logging.INFO
+    assert record.exc_info is None
+    assert "bad HTTP request from 127.0.0.1" in record.getMessage()
+    assert len(record.getMessage()) < 400
