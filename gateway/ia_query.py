@@ -220,7 +220,7 @@ class IaFilter:
             matched = self.text in subject
         else:
             assert self.regex is not None
-            matched = self.regex.fullmatch(subject) is not None
+            matched = self.regex.fullmatch(subject)
         return matched != self.invert
 
 

@@ -261,10 +261,10 @@ class CdxFilter:
             matched = self.value in subject
         elif self.mode == "regex":
             assert self.regex is not None
-            matched = self.regex.match(subject) is not None
+            matched = self.regex.match(subject)
         else:
             assert self.regex is not None
-            matched = self.regex.fullmatch(subject) is not None
+            matched = self.regex.fullmatch(subject)
         return matched != self.invert
 
 
