@@ -230,11 +230,18 @@ def _run_index(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int
     return status, capsys.readouterr().err
 
 
+def _bad_and_good(sample_dir: Path) -> tuple[Path, Path]:
+    """A WARC gzipped whole (unreadable by record) and a good one, from the sample."""
+    return (
+        sample_dir / "warcs" / "example-bad.warc.gz.bad",
+        sample_dir / "warcs" / "example.warc.gz",
+    )
+
+
 def test_an_unreadable_file_is_reported_and_skipped_and_the_run_fails(
     sample_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bad = sample_dir / "warcs" / "example-bad.warc.gz.bad"
-    good = sample_dir / "warcs" / "example.warc.gz"
+    bad, good = _bad_and_good(sample_dir)
     out = tmp_path / "out.cdxj"
     status, err = _run_index([str(bad), str(good), "-o", str(out)], capsys)
     assert status == 1
@@ -248,8 +255,7 @@ def test_an_unreadable_file_is_reported_and_skipped_and_the_run_fails(
 def test_strict_stops_at_the_first_problem_and_writes_nothing(
     sample_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bad = sample_dir / "warcs" / "example-bad.warc.gz.bad"
-    good = sample_dir / "warcs" / "example.warc.gz"
+    bad, good = _bad_and_good(sample_dir)
     out = tmp_path / "out.cdxj"
     status, err = _run_index(["--strict", str(good), str(bad), "-o", str(out)], capsys)
     assert status == 1

@@ -9,19 +9,13 @@ asserts the DEBUG line and that nothing was logged at ERROR). ``/index`` and
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 from pathlib import Path
 
 import pytest
-from aiohttp import web
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
 
-from gateway.app import create_app
-from gateway.config import parse_config
 from gateway.indexer import write_cdxj_index
-from tests.conftest import leave_mid_answer
+from tests.conftest import leave_mid_answer, serving, write_big_warc
 
 
 def _long_index(path: Path, lines: int) -> Path:
@@ -60,18 +54,7 @@ async def test_leaving_an_index_answer_is_not_an_error(
 async def test_leaving_a_raw_memento_is_not_an_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    warc = tmp_path / "big.warc.gz"
-    with warc.open("wb") as out:
-        writer = WARCWriter(out, gzip=True)
-        http = StatusAndHeaders("200 OK", [("Content-Type", "text/plain")], protocol="HTTP/1.1")
-        record = writer.create_warc_record(
-            "http://example.com/big",
-            "response",
-            payload=io.BytesIO(b"x" * (32 * 1024 * 1024)),
-            http_headers=http,
-        )
-        writer.write_record(record)
-        record.raw_stream.close()
+    warc = write_big_warc(tmp_path / "big.warc.gz")
     with (tmp_path / "big.cdxj").open("w") as index:
         write_cdxj_index([warc], index)
     timestamp = (tmp_path / "big.cdxj").read_text().split(" ", 2)[1]
@@ -96,12 +79,7 @@ async def test_leaving_before_the_answer_starts_is_not_an_error(
     # The lookup scans 60,000 lines before the first byte is written; the
     # client is gone by then, so writing the status line fails.
     big = _long_index(tmp_path / "big.cdxj", 60_000)
-    runner = web.AppRunner(create_app(parse_config(f"collections:\n  big:\n    index: {big}\n")))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with serving(f"collections:\n  big:\n    index: {big}\n") as port:
         with caplog.at_level(logging.DEBUG):
             _reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
@@ -111,8 +89,6 @@ async def test_leaving_before_the_answer_starts_is_not_an_error(
                 if "client left during GET /big/" in caplog.text:
                     break
                 await asyncio.sleep(0.05)
-    finally:
-        await runner.cleanup()
     assert "client left during GET /big/" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
@@ -130,19 +106,12 @@ async def test_requests_aiohttp_refuses_are_logged_in_one_short_line(
     # aiohttp answers these itself (a plain-text 400) before the app sees
     # them; the gateway makes its log record one INFO line, the input cut.
     big = _long_index(tmp_path / "big.cdxj", 10)
-    runner = web.AppRunner(create_app(parse_config(f"collections:\n  big:\n    index: {big}\n")))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with serving(f"collections:\n  big:\n    index: {big}\n") as port:
         with caplog.at_level(logging.DEBUG):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(request_line + b"\r\nHost: 127.0.0.1\r\n\r\n")
             assert (await reader.readline()).startswith(b"HTTP/1.0 400")
             writer.close()
-    finally:
-        await runner.cleanup()
     (record,) = [r for r in caplog.records if r.name == "aiohttp.server"]
     assert record.levelno == logging.INFO
     assert record.exc_info is None

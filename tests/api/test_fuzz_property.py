@@ -3,9 +3,9 @@
 hypothesis draws requests over every route and parameter
 (:mod:`tests.fuzz_support`) and sends them to a real ``gateway serve``
 process whose collections use every source type, the remote ones served by
-pywb's wayback on 127.0.0.1. Bounded to about a minute
-(:data:`EXAMPLES`). The server's log must hold no traceback and no ERROR
-line afterwards.
+pywb's wayback on 127.0.0.1. Bounded to about a minute (:data:`EXAMPLES`
+requests, or fewer when :data:`BUDGET_S` runs out on a loaded machine). The
+server's log must hold no traceback and no ERROR line afterwards.
 
 The long run (the README's figures) is the same test with more requests,
 its summary printed::
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +33,14 @@ from tests.fuzz_support import requests as fuzzed_requests
 
 pytestmark = pytest.mark.peer
 
-#: Requests per run: about a minute on the 2-core CI machine.
-EXAMPLES: Final = int(os.environ.get("GATEWAY_FUZZ_EXAMPLES", "4000"))
+#: Requests per run (``GATEWAY_FUZZ_EXAMPLES`` sets it for long runs).
+EXAMPLES: Final = int(os.environ.get("GATEWAY_FUZZ_EXAMPLES", "3000"))
+#: In the test command, requests stop being sent after this long (a loaded
+#: 2-core machine): the run stays about a minute whatever the load. None for
+#: a long run.
+BUDGET_S: Final = None if "GATEWAY_FUZZ_EXAMPLES" in os.environ else 60.0
+#: Requests that must have been sent within the budget.
+MIN_SENT: Final = 500
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +73,7 @@ def fuzzed_gateway(
         server.stop()
 
 
+@pytest.mark.timeout(600)
 def test_no_request_gets_a_5xx_a_bare_4xx_or_stalls(
     fuzzed_gateway: tuple[int, str, Path],
 ) -> None:
@@ -73,6 +81,7 @@ def test_no_request_gets_a_5xx_a_bare_4xx_or_stalls(
     timeout_s = GROUP_TIMEOUT_S + MARGIN_S
     statuses: Counter[int] = Counter()
     elapsed: list[float] = []
+    stop_at = None if BUDGET_S is None else time.monotonic() + BUDGET_S
 
     @settings(
         max_examples=EXAMPLES,
@@ -82,6 +91,8 @@ def test_no_request_gets_a_5xx_a_bare_4xx_or_stalls(
     )
     @given(fuzzed_requests())
     def check(request: Request) -> None:
+        if stop_at is not None and time.monotonic() > stop_at:
+            return  # over the budget: the remaining examples are not sent
         answer = send(port, request, upstream, timeout_s)
         statuses[answer.status] += 1
         elapsed.append(answer.elapsed_s)
@@ -94,7 +105,7 @@ def test_no_request_gets_a_5xx_a_bare_4xx_or_stalls(
         f"answer time p50 {elapsed[len(elapsed) // 2] * 1000:.1f} ms, "
         f"p99 {elapsed[int(len(elapsed) * 0.99)] * 1000:.1f} ms, max {elapsed[-1] * 1000:.1f} ms"
     )
-    assert sum(statuses.values()) >= min(EXAMPLES, 100)
+    assert sum(statuses.values()) >= min(EXAMPLES, MIN_SENT)
     text = log.read_text("utf-8", errors="replace")
     assert "Traceback" not in text, text[-5000:]
     assert " ERROR " not in text, text[-5000:]
