@@ -166,7 +166,7 @@ def _cut(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def key_range(url: str, match_type: MatchType) -> tuple[str, str]:
+def key_range(url: str, match_type: MatchType, *, check: bool = True) -> tuple[str, str]:
     """The urlkey range ``[start, end)`` a query covers (pywb ``calc_search_range``).
 
     >>> key_range("http://example.com/path/file.html", "exact")
@@ -181,9 +181,11 @@ def key_range(url: str, match_type: MatchType) -> tuple[str, str]:
     ('com,', 'com-')
 
     Raises :class:`ValueError` when ``url`` cannot be parsed
-    (:func:`check_url`) or canonicalized.
+    (:func:`check_url`, unless ``check`` is false: a URL read from an
+    archived record is looked up as it was archived) or canonicalized.
     """
-    check_url(url)
+    if check:
+        check_url(url)
     start = canonical_urlkey(url)
     if match_type == "exact":
         return start, start + "!"
@@ -318,9 +320,11 @@ class CaptureQuery:
         closest: str | None = None,
         filters: Sequence[CdxFilter] = (),
         limit: int = DEFAULT_LIMIT,
+        check: bool = True,
     ) -> CaptureQuery:
-        """Build a query from code (e.g. revisit resolution); raises ValueError on a bad URL."""
-        key, end_key = key_range(url, match_type)
+        """Build a query from code (e.g. revisit resolution); raises ValueError on a bad URL
+        (``check``: as :func:`key_range`)."""
+        key, end_key = key_range(url, match_type, check=check)
         return cls(
             url=url,
             match_type=match_type,

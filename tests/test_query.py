@@ -6,7 +6,7 @@ import pytest
 
 from gateway.cdxj import CdxRecord
 from gateway.errors import BadRequest
-from gateway.query import CdxFilter, key_range, parse_query
+from gateway.query import CaptureQuery, CdxFilter, key_range, parse_query
 
 
 def q(**params: str | list[str]) -> dict[str, list[str]]:
@@ -111,3 +111,11 @@ def test_sources_selection() -> None:
     assert parse_query(q(url="a.com", sources="x,y")).sources == ("x", "y")
     excluded = parse_query(q(url="a.com", sources="!x"))
     assert (excluded.sources, excluded.exclude_sources) == (("x",), True)
+
+
+def test_urls_from_archived_records_are_looked_up_as_archived() -> None:
+    # A client's URL must parse (400 otherwise); a URL read from a record, as
+    # a revisit's original is looked up, is taken as the archive holds it.
+    with pytest.raises(ValueError, match="not a valid IDNA name"):
+        CaptureQuery.for_url("http://a..b/")
+    assert CaptureQuery.for_url("http://a..b/", check=False).key == "b,a)/"

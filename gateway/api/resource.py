@@ -88,7 +88,10 @@ class _OriginalFinder:
         if bare:
             filters.append(CdxFilter("digest", "contains", bare, False))
         try:
-            query = CaptureQuery.for_url(url, closest=timestamp, filters=filters, limit=20)
+            # the URL of an archived record: looked up as archived, not checked
+            query = CaptureQuery.for_url(
+                url, closest=timestamp, filters=filters, limit=20, check=False
+            )
         except ValueError:
             return
         answer = await self.step.index.lookup(query)
