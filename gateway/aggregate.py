@@ -219,8 +219,13 @@ class IndexGroup:
             return [(i, m) for i, m in indexed if m.name not in wanted]
         return [(i, m) for i, m in indexed if m.name in wanted]
 
-    async def lookup(self, query: CaptureQuery) -> Lookup:
+    async def lookup(self, query: CaptureQuery, *, deadline: float | None = None) -> Lookup:
         """Query the selected members; see the module docstring for order and errors.
+
+        ``deadline`` (event-loop time) bounds every member; without one it is
+        ``timeout_s`` from now. A fuzzy retry passes the exact lookup's, so
+        one request waits at most ``timeout_s`` on a member whatever path
+        it takes.
 
         Members that read local files (their answer is a
         :class:`~gateway.cdxops.LocalScan`) are started at once in the calling
@@ -229,11 +234,12 @@ class IndexGroup:
         long scan) goes on in a task under the same deadline as the others.
         """
         selected = self.select(query)
+        if deadline is None:
+            deadline = self.deadline()
         if len(selected) == 1:
-            return await self._lookup_one(selected[0][1], query)
+            return await self._lookup_one(selected[0][1], query, deadline)
         results: dict[int, list[CdxRecord]] = {}
         errors: dict[str, str] = {}
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
 
         async def run(position: int, member: IndexSource, work: Awaitable[list[CdxRecord]]) -> None:
             try:
@@ -282,6 +288,10 @@ class IndexGroup:
         failed_all = bool(selected) and len(errors) == len(selected)
         return Lookup(cdxops.RecordList(merged), errors, failed_all, first, outcomes)
 
+    def deadline(self) -> float:
+        """The event-loop time ``timeout_s`` from now: a lookup's deadline."""
+        return asyncio.get_running_loop().time() + self.timeout_s
+
     def _fail(self, member: IndexSource, exc: BaseException) -> SourceError:
         breaker = self.breakers[member.name]
         if isinstance(exc, SourceSkipped):
@@ -309,7 +319,9 @@ class IndexGroup:
         self.breakers[member.name].record_success()
         return collected
 
-    async def _lookup_one(self, member: IndexSource, query: CaptureQuery) -> Lookup:
+    async def _lookup_one(
+        self, member: IndexSource, query: CaptureQuery, deadline: float
+    ) -> Lookup:
         breaker = self.breakers[member.name]
         try:
             breaker.check(member.name)
@@ -317,7 +329,8 @@ class IndexGroup:
             return _failed(member.name, exc.reason)
         stream = cdxops.process(member.lookup(query), query, tag=member.name)
         try:
-            first = await _first_within(stream, self.timeout_s)
+            remaining_s = max(deadline - asyncio.get_running_loop().time(), 0.0)
+            first = await _first_within(stream, remaining_s)
         except (TimeoutError, SourceError) as exc:
             await stream.aclose()
             return _failed(member.name, self._fail(member, exc).reason)
@@ -437,13 +450,16 @@ class Collection:
         A step that is empty or failed falls through to the next (unlike pywb,
         whose Index API stops at the first step of a sequence). When no step
         has a capture, the steps are asked again, in order, for the fuzzy
-        lookup (:meth:`widen`); its captures carry ``is_fuzzy``.
+        lookup (:meth:`widen`), each under the deadline of its exact lookup;
+        its captures carry ``is_fuzzy``.
         """
         errors: dict[str, str] = {}
         outcomes: dict[str, str] = {}
         failed_all = True
+        deadlines: list[float] = []  # each step's, shared by its fuzzy retry
         for step in self.steps:
-            answer = await step.index.lookup(query)
+            deadlines.append(step.index.deadline())
+            answer = await step.index.lookup(query, deadline=deadlines[-1])
             errors.update(answer.errors)
             outcomes.update(answer.outcomes)
             if answer.first is not None:
@@ -459,8 +475,8 @@ class Collection:
             )
         widened = self.widen(query)
         if widened is not None:
-            for step in self.steps:
-                answer = await fuzzy_lookup(step.index, widened)
+            for step, deadline in zip(self.steps, deadlines, strict=True):
+                answer = await fuzzy_lookup(step.index, widened, deadline=deadline)
                 errors.update(answer.errors)
                 if answer.first is not None:
                     answer.errors = errors
@@ -473,14 +489,19 @@ class Collection:
             await step.aclose()
 
 
-async def fuzzy_lookup(index: IndexGroup, widened: Widened) -> Lookup:
+async def fuzzy_lookup(
+    index: IndexGroup, widened: Widened, *, deadline: float | None = None
+) -> Lookup:
     """``index``'s answer to a widened lookup: the captures ``widened`` accepts.
+
+    ``deadline``: the exact lookup's (:meth:`IndexGroup.lookup`), so the
+    retry does not wait on a member past it.
 
     At most the original query's limit of them, each marked ``is_fuzzy: "1"``
     (pywb ``FuzzyMatcher.get_fuzzy_iter``). ``first`` is None when none is
     accepted; errors and outcomes are the widened lookup's.
     """
-    answer = await index.lookup(widened.query)
+    answer = await index.lookup(widened.query, deadline=deadline)
     if answer.first is None:
         return answer
     accepted = _Accepted(answer, widened)

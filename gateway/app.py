@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from gateway.aggregate import Collection, IndexGroup, Step
-from gateway.api.common import ERRORS_HEADER, errors_header_value
+from gateway.api.common import ERRORS_HEADER, client_left, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
 from gateway.cdxj import canonical_urlkey
 from gateway.clients import SharedClients
@@ -35,6 +35,7 @@ from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, METRICS, READINESS, TIMEM
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.resolvers import RESOLVER_TYPES
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
+from gateway.logfilter import install as install_bad_request_log_filter
 from gateway.metrics import CLIENT_LEFT_STATUS, Metrics, RouteStats
 from gateway.readiness import Readiness
 from gateway.sources import SOURCE_TYPES
@@ -113,10 +114,14 @@ def api_route(handler: Handler, stats: RouteStats) -> Handler:
     :class:`~gateway.errors.GatewayError` becomes its JSON answer (logged
     when it is a 5xx), an HTTP error (``web.HTTPException`` of status 400 or
     more) a JSON ``{"message": ...}`` keeping its ``Allow`` header: never a
-    traceback. Every answer returned unsent gets the CORS headers (a handler
-    that streams adds them before ``prepare``). Each answer is counted in
-    ``stats`` (:mod:`gateway.metrics`) with its status and the handler's
-    time; a handler cancelled because its client left counts as 499.
+    traceback. A client that left before the answer started (a
+    ``ConnectionError`` on its own connection) is logged at DEBUG
+    (:func:`~gateway.api.common.client_left`), never as an error. Every
+    answer returned unsent gets the CORS headers (a handler that streams
+    adds them before ``prepare``). Each answer is counted in ``stats``
+    (:mod:`gateway.metrics`) with its status and the handler's time; a
+    handler cancelled because its client left, or whose client left before
+    the answer started, counts as 499.
     """
 
     @functools.wraps(handler)
@@ -124,9 +129,19 @@ def api_route(handler: Handler, stats: RouteStats) -> Handler:
         start = perf_counter()
         try:
             response = await handler(request)
+        except ConnectionError:
+            transport = request.transport
+            if transport is not None and not transport.is_closing():
+                raise  # not the client's connection: a bug, answered 500 and logged
+            # The client left before the answer started (e.g. during the lookup).
+            client_left(request)
+            stats.observe(CLIENT_LEFT_STATUS, perf_counter() - start)
+            return web.Response(status=CLIENT_LEFT_STATUS, reason="Client Closed Request")
         except GatewayError as exc:
             if exc.status >= 500:
-                logger.error("%s %s -> %d: %s", request.method, request.path_qs, exc.status, exc)
+                logger.error(
+                    "%s %s -> %d: %s", request.method, _shown(request.path_qs), exc.status, exc
+                )
             headers = {ERRORS_HEADER: errors_header_value(exc.errors)} if exc.errors else {}
             response = web.json_response(
                 exc.to_json(), status=exc.status, headers=headers, dumps=_dumps
@@ -137,7 +152,7 @@ def api_route(handler: Handler, stats: RouteStats) -> Handler:
                 stats.observe(exc.status, perf_counter() - start)
                 raise
             response = web.json_response(
-                {"message": f"{exc.reason}: {request.method} {request.path}"},
+                {"message": f"{exc.reason}: {request.method} {_shown(request.path)}"},
                 status=exc.status,
                 headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
             )
@@ -170,6 +185,11 @@ async def _no_route(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
+def _shown(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters: client input is never echoed at length."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _dumps(obj: object) -> str:
     return json.dumps(obj, indent=None)
 
@@ -194,6 +214,7 @@ def create_app(
         timemap_handler,
         wayback_timegate_handler,
     )
+    from gateway.api.modes import list_sources_handler, modes_handler
     from gateway.api.openapi import openapi_handler
     from gateway.api.pages import collection_page
     from gateway.api.resource import POST_ROUTES, resource_handler
@@ -205,6 +226,7 @@ def create_app(
         status_handler,
     )
 
+    install_bad_request_log_filter()  # aiohttp's own 400s: one INFO line, no traceback
     clients = clients or SharedClients(config.client)
     if collections is None:
         collections = build_collections(config, clients)
@@ -251,10 +273,15 @@ def create_app(
         ("GET", "/{coll}/resource", resource_handler),  # GET also answers HEAD
         *POST_ROUTES,  # post-request API and direct POSTs
         # Memento (RFC 7089); GET also answers HEAD
-        ("GET", "/{coll}/timegate/{url:.*}", timegate_handler),
-        ("GET", "/{coll}/timemap/{format}/{url:.*}", timemap_handler),
-        ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:.*}", memento_handler),
-        ("GET", "/{coll}/{url:[hH][tT][tT][pP][sS]?:.*}", wayback_timegate_handler),
+        # ({url} takes any character, an encoded newline too: [\s\S], not .)
+        ("GET", r"/{coll}/timegate/{url:[\s\S]*}", timegate_handler),
+        ("GET", r"/{coll}/timemap/{format}/{url:[\s\S]*}", timemap_handler),
+        ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:[\s\S]*}", memento_handler),
+        ("GET", r"/{coll}/{url:[hH][tT][tT][pP][sS]?:[\s\S]*}", wayback_timegate_handler),
+        # pywb warcserver's mode listing and source list
+        ("GET", "/{coll}", modes_handler),
+        ("POST", "/{coll}/postreq", modes_handler),
+        ("GET", "/{coll}/list_sources", list_sources_handler),
         # Last of the API (its requests come first): the page for people.
         ("GET", "/{coll}/", collection_page),
     ]
@@ -266,6 +293,7 @@ def create_app(
             added = app.router.add_route(method, path, api_route(handler, stats))
         if added.resource is not None:
             stats.route = added.resource.canonical  # "/{coll}/{timestamp}id_/{url}"
-    # Last: what no route takes.
-    app.router.add_route("*", "/{path:.*}", api_route(_no_route, metrics.route("*", "unrouted")))
+    # Last: what no route takes (any character, an encoded newline too).
+    unrouted = metrics.route("*", "unrouted")
+    app.router.add_route("*", r"/{path:[\s\S]*}", api_route(_no_route, unrouted))
     return app

@@ -1,17 +1,18 @@
 """Every curl example in the README runs, as written, against what its set-up gives.
 
 The README's own commands are run: its set-up step that indexes the sample
-archive into the default collection (the ``sh`` block with ``gateway index
-../shared/...``), then ``gateway serve`` on the default ``collections.yaml``,
-in a fresh copy of the checkout (``.venv/bin/gateway`` is this test's
-Python). Then each ``curl`` line of every ``sh`` block is run with bash
-(``\\``-continued lines joined, the block's ``printf`` lines run first, port
-8080 replaced by the test server's), and its HTTP status checked: the status
-a trailing comment names (``# 400``, ``# 302 to ...``), else 200. A line with
-a pipe must exit 0 and print something. An answer the README shows (a
-plain block starting ``HTTP/1.1`` right after an ``sh`` block) is compared
-with the real answer to that block's last ``curl``: its status line, and each
-header line written in full (no ``...``; a wrapped ``Link`` is left out).
+archive into the default collection (the ``sh`` block that copies
+``../shared/data/pywb-sample/`` and runs ``gateway index``), then ``gateway
+serve`` on the default ``collections.yaml``, in a fresh copy of the checkout
+(``.venv/bin/gateway`` is this test's Python). Then each ``curl`` line of
+every ``sh`` block is run with bash (``\\``-continued lines joined, the
+block's ``printf`` lines run first, port 8080 replaced by the test
+server's), and its HTTP status checked: the status a trailing comment names
+(``# 400``, ``# 302 to ...``), else 200. A line with a pipe must exit 0 and
+print something. An answer the README shows (a plain block starting
+``HTTP/1.1`` right after an ``sh`` block) is compared with the real answer
+to that block's last ``curl``: its status line, and each header line written
+in full (no ``...``; a wrapped ``Link`` is left out).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def curl_examples(text: str) -> list[Example]:
 def setup_block(text: str) -> list[str]:
     """The README's step that indexes the sample archive into the default collection."""
     for lines in sh_blocks(text):
-        if any(line.startswith(".venv/bin/gateway index ../shared/") for _, line in lines):
+        if any(line.startswith("cp ../shared/data/pywb-sample/") for _, line in lines):
             return [line for _, line in lines]
     pytest.fail("README.md has no set-up step indexing ../shared/data/pywb-sample")
 

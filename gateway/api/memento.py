@@ -76,7 +76,7 @@ from gateway.memento import (
     timestamp_to_http_date,
 )
 from gateway.metrics import ServedStats
-from gateway.query import CaptureQuery, pad_timestamp
+from gateway.query import TIMESTAMP_DIGITS, CaptureQuery, closest_timestamp, pad_timestamp
 
 __all__ = [
     "DEFAULT_TIMEMAP_PAGE_SIZE",
@@ -98,8 +98,9 @@ TIMEMAP_TYPES: Final[dict[str, str]] = {
     "cdxj": "text/x-cdxj",
 }
 _JSON_KEYS: Final = {"link": "link_format", "json": "json_format", "cdxj": "cdxj_format"}
-_PAGE_SEGMENT = re.compile(r"(\d{14})/(.+)", re.DOTALL)
+_PAGE_SEGMENT = re.compile(r"([0-9]{14})/(.+)", re.DOTALL)
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/+")
+_BRACKET = re.compile(r"%5([bBdD])")
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
 
 
@@ -135,11 +136,24 @@ class _Target:
 
 
 def _normalize_url(text: str) -> str:
-    """``http:/a`` -> ``http://a``; no scheme -> ``http://`` prepended (as pywb does)."""
+    """``http:/a`` -> ``http://a``; no scheme -> ``http://`` prepended (as pywb does);
+    percent-encoded IPv6 brackets in the host decoded (``http://%5B::1%5D/``:
+    clients encode ``[`` and ``]``, which may not stand in a path).
+
+    >>> _normalize_url("http:/example.com/a")
+    'http://example.com/a'
+    >>> _normalize_url("http://%5B::1%5D:8080/%5B")
+    'http://[::1]:8080/%5B'
+    """
     match = _SCHEME.match(text)
     if match:
-        return f"{match.group(1)}://{text[match.end() :]}"
-    return "http://" + text
+        scheme, rest = match.group(1), text[match.end() :]
+    else:
+        scheme, rest = "http", text
+    authority, slash, path = rest.partition("/")
+    if "%" in authority:
+        authority = _BRACKET.sub(lambda m: "[" if m.group(1) in "bB" else "]", authority)
+    return f"{scheme}://{authority}{slash}{path}"
 
 
 def _target(request: web.Request, skip: int, *, paged: bool = False) -> tuple[_Target, str | None]:
@@ -491,7 +505,9 @@ async def memento_handler(request: web.Request) -> web.StreamResponse:
     collection = collection_for(request)
     target, _ = _target(request, skip=2)
     requested = request.match_info["timestamp"]
-    query = _query(target.original, closest=pad_timestamp(requested, up=False))
+    if not TIMESTAMP_DIGITS.fullmatch(requested):  # the route's \d takes any script's digits
+        raise BadRequest("timestamp", f"{requested!r} is not 1 to 14 ASCII digits")
+    query = _query(target.original, closest=closest_timestamp(requested))
     try:
         step, loaded, errors = await find_record(collection, query)
     except NotFound as exc:

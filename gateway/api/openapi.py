@@ -294,6 +294,15 @@ def _paths() -> dict[str, dict[str, Any]]:
     postreq_index = _postreq(
         "Post-request API: a wrapped request, its index lines", "GET /{coll}/index", "Index API"
     )
+    modes = _op(
+        "A collection route's modes (pywb warcserver)",
+        '`{modes: ["list_sources", "index", "resource"]}`, as pywb answers a collection '
+        "route without a mode.",
+        list(_COLL),
+        {"description": "the modes", "content": _JSON_OBJECT},
+        (404,),
+        tag="Collections",
+    )
     return {
         "/": {
             "get": _status_op(
@@ -356,6 +365,20 @@ def _paths() -> dict[str, dict[str, Any]]:
                 {"description": "the page", "content": {"text/html": {}}},
                 (400, 404, 503),
                 tag="Pages",
+            )
+        },
+        "/{coll}": {"get": modes},
+        "/{coll}/postreq": {"post": modes},
+        "/{coll}/list_sources": {
+            "get": _op(
+                "A collection's index sources (pywb warcserver)",
+                "`{sources: {member: kind}}`: every index member of every step, in config "
+                "order, with pywb's names for their kinds (`file`, `file_dir`, `zipnum`, "
+                "`redis`, `redis-multikey`, `cdx`, `memento`, `live`; `store`).",
+                list(_COLL),
+                {"description": "the sources", "content": _JSON_OBJECT},
+                (404,),
+                tag="Collections",
             )
         },
         "/{coll}/index": {"get": _index_get(), "post": _direct_post("the Index API", "Index API")},
@@ -457,6 +480,7 @@ def _document() -> dict[str, Any]:
             {"name": "Resource API", "description": "one WARC record per lookup"},
             {"name": "IA CDX API", "description": "the Internet Archive's CDX server dialect"},
             {"name": "Memento", "description": "RFC 7089: TimeGate, TimeMaps, mementos"},
+            {"name": "Collections", "description": "pywb warcserver's collection routes"},
             {"name": "Pages", "description": "HTML for people"},
             {"name": "Status", "description": "health, readiness, metrics"},
         ],

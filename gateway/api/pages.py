@@ -154,6 +154,8 @@ async def collection_page(request: web.Request) -> web.Response:
     try:
         collection = collection_for(request)
     except GatewayError as exc:
+        if not wants_html(request):
+            raise  # API clients get the JSON error every route gives
         return _render("error.html", exc.status, title="Unknown collection", error=exc)
     url = request.query.get("url", "").strip()
     context: dict[str, object] = {"coll": name, "url": url, "sources": _sources(collection)}
@@ -168,6 +170,8 @@ async def collection_page(request: web.Request) -> web.Response:
             )
         context.update(_calendar(captures, request.query))
     except GatewayError as exc:
+        if not wants_html(request):
+            raise
         context["error"] = exc
         return _render("collection.html", exc.status, **context)
     return _render("collection.html", **context)

@@ -78,13 +78,18 @@ async def test_no_captures_and_bad_input_are_explained(
         ({"url": "http://www.iana.org/", "day": "2014"}, "&#39;2014&#39; is not a day"),
         ({"url": "*."}, "url: empty after removing the wildcard"),
     ):
-        resp = await client.get("/iana/", params=params)
+        resp = await client.get("/iana/", params=params, headers=HTML)
         assert resp.status == 400, params
         assert resp.headers["Content-Type"] == "text/html; charset=utf-8"
         assert message in await resp.text()
-    unknown = await client.get("/nowhere/")
+        api = await client.get("/iana/", params=params)  # not asking for HTML: the API's JSON
+        assert (api.status, api.content_type) == (400, "application/json"), params
+        assert (await api.json())["message"]
+    unknown = await client.get("/nowhere/", headers=HTML)
     assert unknown.status == 404
     assert "unknown collection &#39;nowhere&#39;" in await unknown.text()
+    api = await client.get("/nowhere/")
+    assert (api.status, api.content_type) == (404, "application/json")
 
 
 async def test_text_from_the_request_is_escaped(make_client: MakeClient, sample_yaml: str) -> None:
@@ -97,7 +102,7 @@ async def test_text_from_the_request_is_escaped(make_client: MakeClient, sample_
 
 async def test_a_collection_whose_sources_all_fail_is_a_503_page(make_client: MakeClient) -> None:
     client = await make_client(f"collections:\n  gone: cdx+http://127.0.0.1:{free_port()}/cdx\n")
-    resp = await client.get("/gone/", params={"url": "http://example.com/"})
+    resp = await client.get("/gone/", params={"url": "http://example.com/"}, headers=HTML)
     text = await resp.text()
     assert resp.status == 503
     assert "every source of collection &#39;gone&#39; failed" in text
