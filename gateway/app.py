@@ -187,7 +187,8 @@ def create_app(
         shared = app[CLIENTS]
         await shared.start()
         if config.uses_store and shared.store is None:
-            shared.store = await Store.open(config.store)
+            records = any(coll.records for coll in config.collections.values())
+            shared.store = await Store.open(config.store, mode="write" if records else "shared")
         try:
             yield
         finally:

@@ -8,14 +8,15 @@
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
     gateway store repair [--root DIR | --config FILE]
 
-``--root`` defaults to ``./archive``; ``--config`` takes the ``store:``
-section of a collections.yaml (through ``gateway.config``, the only YAML
-reader). Exit status: 0 success, 1 problems found or a file rejected, 2 bad
-usage or the store is in use / missing.
+``--root`` defaults to ``./archive/store``; ``--config`` takes the
+``store:`` section of a collections.yaml (through ``gateway.config``, the
+only YAML reader). Exit status: 0 success, 1 problems found or a file
+rejected, 2 bad usage or the store is in use / missing.
 
-``check`` never changes anything; ``add`` and ``repair`` need the store to
-themselves (stop the gateway first); ``history`` reads while a gateway runs.
-Also runnable alone: ``python -m gateway.store.cli check --root DIR``.
+``check`` never changes anything; ``add`` and ``history`` work beside a
+running gateway (they open the store shared); ``repair`` needs the store to
+itself (stop every process using it first). Also runnable alone:
+``python -m gateway.store.cli check --root DIR``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gateway.store.errors import StoreError, StoreLocked
+from gateway.store.layout import DEFAULT_ROOT
 from gateway.store.settings import StoreSettings
 
 # The commands import the store itself when they run (warcio, SQLite and
@@ -71,19 +73,24 @@ def _err(command: str, message: object) -> None:
 # ------------------------------------------------------------------ commands
 def _cmd_add(args: argparse.Namespace) -> int:
     from gateway.store.errors import ImportRejected
+    from gateway.store.importer import verify_source
     from gateway.store.store import Store
 
     settings = _settings(args)
 
     async def run() -> int:
         status = 0
-        async with await Store.open(settings) as store:
+        store: Store | None = None  # opened at the first file accepted: a refusal changes nothing
+        try:
             for name in args.warcs:
                 try:
-                    result = await store.add_warc(Path(name))
+                    source = await asyncio.to_thread(verify_source, Path(name))
+                    if store is None:
+                        store = await Store.open(settings, mode="shared")
+                    result = await store.add_verified(source)
                 except ImportRejected as exc:
                     status = 1
-                    _err("add", f"{name}: rejected:")
+                    _err("add", f"{name}: refused, nothing was changed:")
                     for problem in exc.problems:
                         print(f"  {problem}", file=sys.stderr)
                     continue
@@ -93,6 +100,11 @@ def _cmd_add(args: argparse.Namespace) -> int:
                     print(
                         f"{name}: added as warcs/{result.name}, {result.records} captures indexed"
                     )
+                for note in result.notes:
+                    print(f"  note: {note}")
+        finally:
+            if store is not None:
+                await store.close()
         return status
 
     return asyncio.run(run())
@@ -102,27 +114,24 @@ def _cmd_history(args: argparse.Namespace) -> int:
     if (args.at or args.latest) and (args.from_ts or args.to_ts):
         _err("history", "--from/--to cannot be combined with --at or --latest")
         return 2
-    from gateway.store.layout import Layout
-    from gateway.store.reader import StoreReader
+    from gateway.store.layout import layout_for
+    from gateway.store.store import Store
 
     settings = _settings(args)
-    layout = Layout(settings.root_path)
+    layout = layout_for(settings.root)
     if not layout.db_path.exists():
         _err("history", f"no store at {layout.root}")
         return 2
 
     async def run() -> int:
-        reader = StoreReader(layout.db_path)
-        try:
-            records = await reader.history(
+        async with await Store.open(settings, mode="shared") as store:
+            records = await store.history(
                 args.url,
                 at=args.at,
                 from_ts=args.from_ts,
                 to_ts=args.to_ts,
                 latest=args.latest,
             )
-        finally:
-            reader.close()
         for record in records:
             sys.stdout.write(record.to_json() if args.output == "json" else record.to_cdxj())
         return 0
@@ -136,10 +145,12 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from gateway.store.check import check_store
-    from gateway.store.layout import Layout
+    from gateway.store.layout import layout_for
 
     settings = _settings(args)
-    report = check_store(Layout(settings.root_path), progress=args.progress)
+    report = check_store(layout_for(settings.root), progress=args.progress)
+    for note in report.notes:
+        print(f"note: {note}")
     for problem in report.problems:
         print(problem)
     print(f"store check: {report.summary()}")
@@ -147,11 +158,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from gateway.store.layout import Layout
+    from gateway.store.layout import layout_for
     from gateway.store.repair import repair_store
 
     settings = _settings(args)
-    report = repair_store(Layout(settings.root_path))
+    report = repair_store(layout_for(settings.root))
     for line in report.recovery.describe() + report.actions:
         print(f"repair: {line}")
     for problem in report.final.problems:
@@ -177,7 +188,9 @@ def _guarded(command: str, func: Callable[[argparse.Namespace], int]) -> Callabl
 # ------------------------------------------------------------------- parsers
 def _common(parser: argparse.ArgumentParser, settings_loader: SettingsLoader | None) -> None:
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--root", default="./archive", help="store directory (default ./archive)")
+    where.add_argument(
+        "--root", default=DEFAULT_ROOT, help=f"store directory (default {DEFAULT_ROOT})"
+    )
     where.add_argument("--config", help="take the store: section of this collections.yaml")
     parser.set_defaults(settings_loader=settings_loader)
 
@@ -188,9 +201,13 @@ def add_store_commands(
     settings_loader: SettingsLoader | None = None,
 ) -> None:
     """Register ``add``, ``history``, ``check``, ``repair``; each sets ``run(args) -> int``."""
-    add = leaves.add_parser("add", help="import WARC files (copy, verify with warcio, index)")
+    add = leaves.add_parser(
+        "add", help="import WARC/ARC files (verify with warcio, copy, index); beside a gateway too"
+    )
     _common(add, settings_loader)
-    add.add_argument("warcs", nargs="+", metavar="WARC", help=".warc or .warc.gz files")
+    add.add_argument(
+        "warcs", nargs="+", metavar="WARC", help=".warc, .warc.gz, .arc or .arc.gz files"
+    )
     add.set_defaults(run=_guarded("add", _cmd_add))
 
     history = leaves.add_parser("history", help="list the stored versions of a URL")
@@ -226,7 +243,9 @@ def add_store_commands(
     )
     check.set_defaults(run=_guarded("check", _cmd_check))
 
-    repair = leaves.add_parser("repair", help="fix what check finds (stop the gateway first)")
+    repair = leaves.add_parser(
+        "repair", help="fix what check finds (stop every process using the store first)"
+    )
     _common(repair, settings_loader)
     repair.set_defaults(run=_guarded("repair", _cmd_repair))
 

@@ -29,8 +29,16 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.timeutils import iso_date_to_timestamp
 
 from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.store.framing import file_format
 
-__all__ = ["FULL_RECORD_TYPES", "IndexRow", "RangeReader", "index_range", "mime_of"]
+__all__ = [
+    "FULL_RECORD_TYPES",
+    "IndexRow",
+    "RangeReader",
+    "index_range",
+    "mime_of",
+    "record_id_of",
+]
 
 #: Record types that carry their own payload: the only possible revisit originals.
 FULL_RECORD_TYPES: Final = ("response", "resource")
@@ -161,6 +169,13 @@ def _pair(first: _Pending, second: _Pending) -> None:
     resp.row.extra = {"requestBody": query or "", "method": method}
 
 
+def record_id_of(record: Any, *, arc: bool) -> str:
+    """The record's WARC-Record-ID; "" for an ARC file's (warcio invents one at each read)."""
+    if arc:
+        return ""
+    return str(record.rec_headers.get_header("WARC-Record-ID") or "")
+
+
 def _urlkey(url: str) -> str:
     try:
         return canonical_urlkey(url)
@@ -176,6 +191,7 @@ def index_range(fh: IO[bytes], start: int, end: int) -> Iterator[IndexRow]:
     late so that a request following its response can still set the urlkey
     of a POST capture. Raises warcio's ``ArchiveLoadFailed`` on unreadable data.
     """
+    arc = file_format(fh)[1]
     reader = RangeReader(fh, start, end)
     iterator = ArchiveIterator(reader, arc2warc=True, ensure_http_headers=False)
     previous: _Pending | None = None
@@ -183,7 +199,7 @@ def index_range(fh: IO[bytes], start: int, end: int) -> Iterator[IndexRow]:
         headers = record.rec_headers
         rec_type = str(record.rec_type)
         url = headers.get_header("WARC-Target-URI") or ""
-        record_id = headers.get_header("WARC-Record-ID") or ""
+        record_id = record_id_of(record, arc=arc)
         warc_content_type = headers.get_header("Content-Type")
         indexed = rec_type in INDEXED_TYPES and not (
             rec_type in ("resource", "metadata") and warc_content_type == "application/warc-fields"

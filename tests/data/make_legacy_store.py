@@ -140,7 +140,7 @@ async def _make_clean(root: Path, sample: Path) -> list[dict[str, str]]:
         await store.add_warc(sample / "warcs" / "example.warc.gz")
     shutil.copy(sample / "warcs" / "example-wget-1-14.warc.gz", root / "warcs")
     async with await Store.open(settings) as store:  # recovery adopts it as "found"
-        assert store.recovery.indexed == ["example-wget-1-14.warc.gz"], store.recovery
+        assert "indexed=['example-wget-1-14.warc.gz']" in repr(store.recovery), store.recovery
     return _expected(captures)
 
 

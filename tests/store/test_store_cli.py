@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from gateway.cdxj import CdxRecord
 from gateway.store.cli import add_subcommands
 from gateway.store.cli import main as store_cli
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
+from tests.store.record_driver import record_then_die, settings_for, url_for
 from tests.store.store_support import make_capture, read_all_records, read_record, tree_snapshot
 
 
@@ -41,6 +43,14 @@ def _check(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     status = store_cli(["check", "--root", str(root), "--no-progress"])
     assert tree_snapshot(root) == before, "store check changed the store"
     return status, capsys.readouterr().out
+
+
+def _served_entries(settings: StoreSettings, url: str) -> list[CdxRecord]:
+    async def run() -> list[CdxRecord]:
+        async with await Store.open(settings, mode="shared") as store:
+            return await store.history(url)
+
+    return asyncio.run(run())
 
 
 def _served(settings: StoreSettings, urls: list[str]) -> dict[str, bytes]:
@@ -94,9 +104,10 @@ def test_add_rejects_invalid_files(
     not_warc.write_text("hello")
     assert store_cli(["add", "--root", settings.root, str(bad), str(not_warc)]) == 1
     err = capsys.readouterr().err
-    assert "bad.warc.gz: rejected" in err
-    assert "notes.txt: rejected" in err
-    assert list(Layout(settings.root_path).warcs.iterdir()) == []
+    assert "bad.warc.gz: refused, nothing was changed" in err
+    assert "gzip member holds more than one record (use warcio recompress)" in err
+    assert "notes.txt: refused, nothing was changed" in err
+    assert not settings.root_path.exists()  # refused before the store was even made
 
 
 def test_check_passes_on_a_healthy_store(
@@ -113,7 +124,9 @@ def test_check_and_repair_a_corrupted_record(
 ) -> None:
     bodies = _fill(settings)
     [warc] = list(Layout(settings.root_path).warcs.iterdir())
-    victim = [r for r in read_all_records(warc) if r.rec_type == "response"][1]
+    records = read_all_records(warc)
+    victim = [r for r in records if r.rec_type == "response"][1]
+    [entry] = _served_entries(settings, "http://example.com/1")
     data = bytearray(warc.read_bytes())
     data[victim.offset + victim.length // 2] ^= 0xFF  # flip a byte inside the gzip member
     warc.write_bytes(bytes(data))
@@ -122,12 +135,19 @@ def test_check_and_repair_a_corrupted_record(
     assert "damaged" in out
     assert store_cli(["repair", "--root", settings.root]) == 0
     out = capsys.readouterr().out
-    assert "salvaged" in out
+    # Issue 11 §6: the report says exactly what was lost (it said "0 dropped" when
+    # two of three records were): one range of bytes, the one capture in it.
+    end = victim.offset + victim.length
+    assert (
+        f"kept {len(records) - 1} record(s), {len(data) - victim.length} byte(s); "
+        f"dropped {victim.length} byte(s) in 1 range(s): bytes {victim.offset}-{end} "
+    ) in out
+    assert f"1 capture(s) lost: http://example.com/1 {entry.timestamp};" in out
     status, out = _check(settings.root_path, capsys)
     assert status == 0, out
     served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
-    # Framing stops at the damaged member: the records before it are kept.
-    assert served == {"http://example.com/0": bodies[0]}
+    # Every whole record is kept, the ones after the damaged member included.
+    assert served == {f"http://example.com/{i}": bodies[i] for i in (0, 2, 3)}
     assert list((settings.root_path / "invalid").rglob(warc.name))
 
 
@@ -160,25 +180,24 @@ def test_check_and_repair_a_bad_digest(
 
 
 def test_check_and_repair_a_torn_open_file(
-    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+    store_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bodies = _fill(settings)
-    [warc] = list(Layout(settings.root_path).warcs.iterdir())
-    torn = warc.with_name(warc.name + ".open")
-    warc.rename(torn)
+    [name] = set(record_then_die(store_root, 4))
+    torn = Layout(store_root).warcs / name
     last = read_all_records(torn)[-1]
     member = torn.read_bytes()[last.offset : last.offset + last.length]
     with torn.open("ab") as fh:
         fh.write(member[: len(member) - 9])  # a write cut short
-    status, out = _check(settings.root_path, capsys)
+    status, out = _check(store_root, capsys)
     assert status == 1
     assert "not_closed" in out
     assert "torn_tail" in out
-    assert store_cli(["repair", "--root", settings.root]) == 0
+    assert store_cli(["repair", "--root", str(store_root)]) == 0
     assert "truncated the torn tail" in capsys.readouterr().out
-    assert _check(settings.root_path, capsys)[0] == 0
-    served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
-    assert served == {f"http://example.com/{i}": bodies[i] for i in range(4)}
+    assert _check(store_root, capsys)[0] == 0
+    served = _served(settings_for(str(store_root)), [url_for(i) for i in range(4)])
+    assert set(served) == {url_for(i) for i in range(4)}
+    assert not list(Layout(store_root).warcs.glob("*.open"))
 
 
 def test_check_reports_index_entries_that_disagree(
@@ -213,7 +232,7 @@ def test_check_while_a_writer_holds_the_store(
                 store_cli, ["check", "--root", settings.root, "--no-progress"]
             )
             assert status == 0
-            assert "open file(s) skipped" in capsys.readouterr().out
+            assert "1 file(s) being written or imported skipped: OK" in capsys.readouterr().out
             assert await asyncio.to_thread(store_cli, ["repair", "--root", settings.root]) == 2
             assert "in use" in capsys.readouterr().err
 
