@@ -53,6 +53,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.app import build_collections, create_app
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
+    from gateway.store.errors import StoreError
 
     try:
         config = _load(args.config)
@@ -69,15 +70,19 @@ def _serve(args: argparse.Namespace) -> int:
         f"on http://{args.host}:{args.port}/",
         file=sys.stderr,
     )
-    web.run_app(
-        app,
-        host=args.host,
-        port=args.port,
-        handler_cancellation=True,
-        access_log=None,
-        print=None,
-        loop=_new_loop(),
-    )
+    try:
+        web.run_app(
+            app,
+            host=args.host,
+            port=args.port,
+            handler_cancellation=True,
+            access_log=None,
+            print=None,
+            loop=_new_loop(),
+        )
+    except StoreError as exc:  # the store cannot be opened (in use, newer, unreadable)
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

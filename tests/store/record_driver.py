@@ -73,7 +73,8 @@ def write_import(path: Path) -> None:
     body = import_body(path.name)
     with path.open("wb") as fh:
         writer = WARCWriter(fh, gzip=True)
-        http = StatusAndHeaders("200 OK", [("Content-Type", "application/octet-stream")])
+        headers = [("Content-Type", "application/octet-stream")]
+        http = StatusAndHeaders("200 OK", headers, protocol="HTTP/1.1")
         record = writer.create_warc_record(
             import_url(path.name),
             "response",
