@@ -273,12 +273,16 @@ class IndexDB:
     def files_with_sha256(self, sha256: str) -> list[FileRow]:
         return self._files_where("sha256 = ?", (sha256,))
 
-    def last_written_name(self) -> str | None:
-        """The name of the newest file the writer created (its serial is the highest)."""
-        r = self.conn.execute(
-            "SELECT name FROM files WHERE origin = 'written' ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-        return str(r[0]) if r else None
+    def written_names(self) -> Iterator[str]:
+        """Names of the files the store wrote, newest first (read lazily, a partial index)."""
+        cursor = self.conn.execute(
+            "SELECT name FROM files WHERE origin = 'written' ORDER BY id DESC"
+        )
+        try:
+            for (name,) in cursor:
+                yield str(name)
+        finally:
+            cursor.close()
 
     def add_file(
         self,

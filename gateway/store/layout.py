@@ -95,7 +95,8 @@ IMPORTING_SUFFIX: Final = ".importing"
 #: What ``store add`` accepts, and what the gateway serves: WARC (0.17 to
 #: 1.1) and ARC files, gzipped (a member per record) or not.
 WARC_EXTENSIONS: Final = (".warc.gz", ".warc", ".arc.gz", ".arc")
-_WRITTEN = re.compile(r"-(\d{14})-(\d{5,})\.warc\.gz$")
+#: A name the writer gave, or ``store repair``'s salvaged copy of one.
+_WRITTEN = re.compile(r"-(\d{14})-(\d{5,})(?:-salvaged\d*)?\.warc\.gz$")
 
 
 def is_archive_name(name: str) -> bool:
@@ -212,6 +213,8 @@ class Layout:
         """The serial number of a store-written name (``.open`` allowed), else None.
 
         >>> Layout.serial_of("gateway-20250301120000-00042.warc.gz.open")
+        42
+        >>> Layout.serial_of("gateway-20250301120000-00042-salvaged.warc.gz")
         42
         """
         match = _WRITTEN.search(name.removesuffix(OPEN_SUFFIX))

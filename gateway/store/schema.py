@@ -89,6 +89,8 @@ def create_index_tables(conn: sqlite3.Connection) -> None:
 
 
 #: ``gateway-20250301120000-00001.warc.gz``: the date in a name the store wrote.
+#: A released step must do the same forever, so it keeps its own pattern
+#: rather than :mod:`gateway.store.layout`'s, which may grow.
 _WRITTEN_NAME_DATE: Final = re.compile(r"-(\d{14})-\d{5,}\.warc\.gz$")
 
 

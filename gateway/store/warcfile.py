@@ -134,13 +134,17 @@ class OpenWarc:
     ) -> OpenWarc:
         """Create the next ``<prefix>-<date>-<serial>.warc.gz.open`` with its warcinfo record.
 
-        The serial is one above the newest file the writer created (from the
-        index: no listing of ``warcs/``). Raises :class:`OSError` or
+        The serial is one above that of the newest file the writer created
+        (from the index: no listing of ``warcs/``). Raises :class:`OSError` or
         :class:`sqlite3.Error` when the file or its row cannot be made, and
         :class:`StoreWriteError` when no free name is found.
         """
-        last = db.last_written_name()
-        first = (Layout.serial_of(last) or 0) + 1 if last else 1
+        first = 1
+        for written in db.written_names():  # the newest with a serial
+            last = Layout.serial_of(written)
+            if last is not None:
+                first = last + 1
+                break
         for serial in range(first, first + _NAME_ATTEMPTS):
             name = layout.new_warc_name(prefix, serial, now)
             try:

@@ -150,6 +150,14 @@ def test_check_and_repair_a_corrupted_record(
     assert served == {f"http://example.com/{i}": bodies[i] for i in (0, 2, 3)}
     assert list((settings.root_path / "invalid").rglob(warc.name))
 
+    async def record_again() -> str:
+        async with await Store.open(settings) as store:
+            ack = await store.record(make_capture("http://example.com/after", b"after"))
+        return ack.capture.filename
+
+    # The writer's next file continues the serials past the salvaged copy's.
+    assert Layout.serial_of(asyncio.run(record_again())) == 2
+
 
 def test_check_and_repair_a_bad_digest(
     settings: StoreSettings, capsys: pytest.CaptureFixture[str], tmp_path: Path
