@@ -1,4 +1,5 @@
-"""The writer task: the single owner of the open WARC file.
+"""The writer task: the single owner of the open WARC file (in the process holding
+``writer.lock``, see :mod:`gateway.store.layout`).
 
 Callers put captures on a bounded queue and wait on a future (the *ack*). One
 asyncio task takes them off in batches and runs each batch in a worker thread
@@ -21,6 +22,11 @@ Deduplication (WARC 1.1 §6.7.2, ``identical-payload-digest`` profile):
 Failure: a capture whose write fails is truncated away and its future gets
 :class:`StoreWriteError`; a failed fsync or index commit truncates the whole
 uncommitted group. The next capture proceeds normally.
+
+After each commit the file's SHA-256 is extended over the committed bytes
+(:meth:`OpenWarc.hash_to <gateway.store.warcfile.OpenWarc.hash_to>`), and the
+``.open`` name a close keeps for :data:`LINK_GRACE_S` is removed through the
+writer's queue, so its index update uses the writer's connection.
 """
 
 from __future__ import annotations

@@ -20,11 +20,14 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any, Final
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from warcio.archiveiterator import ArchiveIterator
 
 from gateway.store.check import check_store
+from gateway.store.cli import main as store_cli
+from gateway.store.errors import StoreError
 from gateway.store.layout import Layout
 from gateway.store.schema import SCHEMA_VERSION, schema_version
 from gateway.store.settings import StoreSettings
@@ -166,3 +169,30 @@ def test_check_on_an_unmigrated_store_changes_nothing(tmp_path: Path) -> None:
     assert report.entries > 0
     after = {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_the_old_default_root_is_not_replaced_by_an_empty_store(
+    tmp_path: Path,
+    sample_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """That release's default root was ./archive: with store.root unset, say so, start nothing."""
+    _extract(tmp_path)
+    (tmp_path / "clean").rename(tmp_path / "archive")
+    monkeypatch.chdir(tmp_path)
+    assert store_cli(["history", "http://legacy.example.org/page1"]) == 2
+    err = capsys.readouterr().err
+    assert "./archive holds a store made by an earlier release" in err
+    assert "set `store: {root: ./archive}`" in err
+    assert not (tmp_path / "archive" / "store").exists()
+    with pytest.raises(StoreError, match="earlier release"):
+        asyncio.run(Store.open(StoreSettings()))
+    # Kept where it is, it serves as before ...
+    assert store_cli(["history", "--root", "./archive", "http://legacy.example.org/page1"]) == 0
+    assert capsys.readouterr().out.count("legacy.example.org/page1") == 2
+    # ... and a new store at the new default starts once its directory exists.
+    (tmp_path / "archive" / "store").mkdir()
+    assert store_cli(["add", str(sample_dir / "warcs" / "example.warc.gz")]) == 0
+    assert (tmp_path / "archive" / "store" / "warcs" / "example.warc.gz").is_file()
+    assert store_cli(["check"]) == 0
