@@ -56,7 +56,7 @@ from gateway.store.recovery import (
     recover_imports,
     recover_open_files,
 )
-from gateway.store.verify import FileVerdict, written_by_store
+from gateway.store.verify import FileVerdict, record_problem, written_by_store
 from gateway.store.warcfile import remove_open_link
 
 __all__ = ["RepairReport", "repair_store"]
@@ -86,9 +86,12 @@ def _salvage_name(layout: Layout, name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Dropped:
+    """Bytes left behind: one whole record whose digest fails, or an unreadable range."""
+
     start: int
     end: int
     why: str
+    whole_record: bool
 
 
 def _plan_salvage(path: Path, verdict: FileVerdict) -> tuple[list[tuple[int, int]], list[_Dropped]]:
@@ -101,9 +104,12 @@ def _plan_salvage(path: Path, verdict: FileVerdict) -> tuple[list[tuple[int, int
         while position < size:
             try:
                 for frame in scan_frames(fh, position):
-                    if frame.offset in verdict.bad_records:
-                        why = verdict.bad_records[frame.offset]
-                        dropped.append(_Dropped(frame.offset, frame.end, why))
+                    if frame.offset < verdict.good_end:  # verify_file checked it
+                        why = verdict.bad_records.get(frame.offset)
+                    else:  # past the first damage: check its digests now
+                        why = record_problem(fh, frame.offset, frame.end)
+                    if why is not None:
+                        dropped.append(_Dropped(frame.offset, frame.end, why, whole_record=True))
                     else:
                         keep.append((frame.offset, frame.end))
                     position = frame.end
@@ -111,22 +117,35 @@ def _plan_salvage(path: Path, verdict: FileVerdict) -> tuple[list[tuple[int, int
             except FramingError as exc:
                 found = next_frame(fh, exc.offset)
                 end = found.offset if found is not None else size
-                dropped.append(_Dropped(exc.offset, end, exc.reason))
+                dropped.append(_Dropped(exc.offset, end, exc.reason, whole_record=False))
                 position = end
     return keep, dropped
 
 
 def _describe_drops(db: IndexDB, file: FileRow | None, dropped: list[_Dropped]) -> str:
+    """Exactly what is left behind: records, byte ranges and why, and the index entries lost.
+
+    A record whose digest fails is one record; an unreadable range may hold
+    any number of records, of which the index names the ones it had.
+    """
     total = sum(d.end - d.start for d in dropped)
-    ranges = "; ".join(f"bytes {d.start}-{d.end} ({d.why})" for d in dropped)
+    records = sum(d.whole_record for d in dropped)
+    unreadable = len(dropped) - records
+    ranges = "; ".join(
+        f"bytes {d.start}-{d.end} ({'a record: ' if d.whole_record else 'unreadable: '}{d.why})"
+        for d in dropped
+    )
     entries = []
     if file is not None:
         for stored in db.rows_of_file(file.id):
             row = stored.row
             if any(d.start <= row.offset < d.end for d in dropped):
                 entries.append(f"{row.url} {row.timestamp}")
-    lost = f"{len(entries)} capture(s) lost" + (f": {', '.join(entries)}" if entries else "")
-    return f"dropped {total} byte(s) in {len(dropped)} range(s): {ranges}; {lost}"
+    lost = f"{len(entries)} indexed record(s) lost" + (f": {', '.join(entries)}" if entries else "")
+    return (
+        f"dropped {records} record(s) failing their digests and {unreadable} unreadable "
+        f"range(s), {total} byte(s) in all: {ranges}; {lost}"
+    )
 
 
 def _salvage(layout: Layout, db: IndexDB, name: str, verdict: FileVerdict) -> str:

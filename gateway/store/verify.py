@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
@@ -24,7 +24,14 @@ from warcio.exceptions import ArchiveLoadFailed
 from gateway.store.framing import FramingError, file_format, scan_frames
 from gateway.store.indexing import RangeReader, record_id_of
 
-__all__ = ["STORE_SOFTWARE", "FileVerdict", "RecordInfo", "verify_file", "written_by_store"]
+__all__ = [
+    "STORE_SOFTWARE",
+    "FileVerdict",
+    "RecordInfo",
+    "record_problem",
+    "verify_file",
+    "written_by_store",
+]
 
 #: How the writer's warcinfo records begin their ``software`` field (every
 #: release writes it): what tells a file the store wrote from any other.
@@ -138,6 +145,19 @@ def verify_file(path: Path, *, progress: Progress | None = None) -> FileVerdict:
             verdict.bad_records[done] = f"warcio cannot read the record: {exc}".strip()
         advance(size - done)
     return verdict
+
+
+def record_problem(fh: IO[bytes], start: int, end: int) -> str | None:
+    """warcio's digest check of the whole record at ``[start, end)``: why it fails, or None."""
+    try:
+        for record in ArchiveIterator(RangeReader(fh, start, end), check_digests=True):
+            _drain(record.raw_stream)
+            checker = record.digest_checker
+            if checker.passed is False:
+                return "; ".join(str(p) for p in checker.problems)
+    except ArchiveLoadFailed as exc:
+        return f"warcio cannot read the record: {exc}".strip()
+    return None
 
 
 def written_by_store(path: Path) -> bool:

@@ -140,9 +140,10 @@ def test_check_and_repair_a_corrupted_record(
     end = victim.offset + victim.length
     assert (
         f"kept {len(records) - 1} record(s), {len(data) - victim.length} byte(s); "
-        f"dropped {victim.length} byte(s) in 1 range(s): bytes {victim.offset}-{end} "
+        f"dropped 0 record(s) failing their digests and 1 unreadable range(s), "
+        f"{victim.length} byte(s) in all: bytes {victim.offset}-{end} (unreadable: "
     ) in out
-    assert f"1 capture(s) lost: http://example.com/1 {entry.timestamp};" in out
+    assert f"1 indexed record(s) lost: http://example.com/1 {entry.timestamp};" in out
     status, out = _check(settings.root_path, capsys)
     assert status == 0, out
     served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
@@ -157,6 +158,33 @@ def test_check_and_repair_a_corrupted_record(
 
     # The writer's next file continues the serials past the salvaged copy's.
     assert Layout.serial_of(asyncio.run(record_again())) == 2
+
+
+def test_one_repair_drops_a_damaged_record_and_a_bad_digest_after_it(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gzip
+    import zlib
+
+    bodies = _fill(settings)
+    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    responses = [r for r in read_all_records(warc) if r.rec_type == "response"]
+    first, second = responses[1], responses[3]
+    raw = bytearray(warc.read_bytes())
+    raw[first.offset + first.length // 2] ^= 0xFF  # unreadable from here on
+    member = zlib.decompress(bytes(raw[second.offset : second.offset + second.length]), 31)
+    tampered = gzip.compress(member.replace(bodies[3], bodies[3].upper()))  # whole, bad digest
+    end = second.offset + second.length
+    warc.write_bytes(bytes(raw[: second.offset]) + tampered + bytes(raw[end:]))
+    assert store_cli(["repair", "--root", settings.root]) == 0
+    out = capsys.readouterr().out
+    assert "dropped 1 record(s) failing their digests and 1 unreadable range(s)" in out
+    assert f"bytes {second.offset}-{second.offset + len(tampered)} (a record: " in out
+    assert "2 indexed record(s) lost: http://example.com/1" in out
+    assert "not repaired" not in out
+    assert _check(settings.root_path, capsys)[0] == 0
+    served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
+    assert served == {f"http://example.com/{i}": bodies[i] for i in (0, 2)}
 
 
 def test_check_and_repair_a_bad_digest(
