@@ -169,9 +169,10 @@ def _old_tree(commit: str, workdir: Path) -> Path:
     return tree
 
 
-def _measure(tree: Path, root: Path, mode: str, repeat: int) -> list[float]:
+def _run_measure(tree: Path, root: Path, mode: str, opens: int, prefix: list[str]) -> str:
+    """Run :data:`_MEASURE` from ``tree`` (its ``gateway``), under ``prefix``; its stdout."""
     done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, str(root), mode, str(repeat)],
+        [*prefix, sys.executable, "-c", _MEASURE, str(root), mode, str(opens)],
         cwd=tree,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         capture_output=True,
@@ -180,8 +181,12 @@ def _measure(tree: Path, root: Path, mode: str, repeat: int) -> list[float]:
         timeout=3600,
     )
     if done.returncode != 0:
-        raise SystemExit(f"measuring {mode} on {root} failed:\n{done.stderr}")
-    times: list[float] = json.loads(done.stdout)
+        raise SystemExit(f"measuring {mode} on {root} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def _measure(tree: Path, root: Path, mode: str, repeat: int) -> list[float]:
+    times: list[float] = json.loads(_run_measure(tree, root, mode, repeat, []))
     return times
 
 
@@ -190,27 +195,8 @@ _TOTALS: Final = re.compile(r"^(?:summary|totals): (\d+)", re.MULTILINE)
 
 def _instructions(root: Path, mode: str, opens: int, out: Path) -> int:
     """Instructions of a whole measuring process with ``opens`` opens, under callgrind."""
-    done = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            "-c",
-            _MEASURE,
-            str(root),
-            mode,
-            str(opens),
-        ],
-        cwd=REPO,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=3600,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"callgrind of {mode} on {root} failed:\n{done.stderr[-2000:]}")
+    prefix = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    _run_measure(REPO, root, mode, opens, prefix)
     match = _TOTALS.search(out.read_text())
     if match is None:
         raise SystemExit(f"no totals in {out}")
