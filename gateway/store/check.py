@@ -7,7 +7,9 @@ For each WARC file under ``warcs/`` (see :mod:`gateway.store.verify`):
   type, WARC-Record-ID, URL and timestamp; no entry points past the end;
 - every indexable record has an index entry;
 - every revisit the store wrote refers (``WARC-Refers-To``) to an indexed full
-  record, never to another revisit.
+  record, never to another revisit;
+- a closed file's SHA-256 is the one its row recorded when it was closed or
+  imported (rows of older releases have none).
 
 And for the store as a whole: the SQLite index passes ``quick_check``; every
 indexed file exists; no interrupted imports, no ``.open`` files (a writer
@@ -33,13 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from warcio.timeutils import iso_date_to_timestamp
-
 from gateway.store.db import FileRow, IndexDB, StoredRow
 from gateway.store.errors import StoreError
-from gateway.store.indexing import FULL_RECORD_TYPES, INDEXED_TYPES
+from gateway.store.indexing import FULL_RECORD_TYPES, is_indexed, timestamp_of
 from gateway.store.layout import IMPORTING_SUFFIX, OPEN_SUFFIX, Layout, StoreLock
 from gateway.store.progress import ProgressBar
+from gateway.store.recovery import file_sha256
 from gateway.store.schema import SCHEMA_VERSION, schema_version
 from gateway.store.verify import FileVerdict, RecordInfo, verify_file, written_by_store
 
@@ -60,6 +61,7 @@ ProblemKind = Literal[
     "index_past_end",
     "unindexed_record",
     "revisit_original",
+    "sha256",
 ]
 
 #: Problems that :func:`gateway.store.repair.repair_store` fixes by re-indexing.
@@ -68,6 +70,9 @@ REINDEX_KINDS: frozenset[ProblemKind] = frozenset(
 )
 #: Problems fixed by salvaging the whole records into a new file.
 SALVAGE_KINDS: frozenset[ProblemKind] = frozenset({"damaged", "digest"})
+#: A file whose bytes changed while every record stays whole and valid:
+#: ``store repair`` records its new SHA-256 and says so.
+RESHA_KINDS: frozenset[ProblemKind] = frozenset({"sha256"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +128,7 @@ class CheckReport:
 
 
 def _indexable(info: RecordInfo) -> bool:
-    if info.rec_type not in INDEXED_TYPES:
-        return False
-    return not (
-        info.rec_type in ("resource", "metadata") and info.content_type == "application/warc-fields"
-    )
+    return is_indexed(info.rec_type, info.content_type, info.warc_date)
 
 
 def _compare_rows(
@@ -155,7 +156,7 @@ def _compare_rows(
             info.rec_type,
             info.record_id,
             info.url,
-            iso_date_to_timestamp(info.warc_date) if info.warc_date else "",
+            timestamp_of(info.warc_date) or "",
         )
         actual = (row.length, row.rec_type, row.record_id, row.url, row.timestamp)
         if expected != actual:
@@ -345,7 +346,19 @@ def check_files(
         report.files += 1
         report.records += len(verdict.records)
         report.notes.extend(f"warcs/{path.name}: {note}" for note in verdict.notes)
-        report.problems.extend(_verify_problems(path.name, file.open, verdict))
+        problems = _verify_problems(path.name, file.open, verdict)
+        report.problems.extend(problems)
+        if file.state == "closed" and file.sha256 is not None and not problems:
+            actual = file_sha256(path)
+            if actual != file.sha256:
+                report.problems.append(
+                    Problem(
+                        "sha256",
+                        file.name,
+                        f"the file changed after it was closed: SHA-256 {actual}, "
+                        f"recorded {file.sha256} (its records pass their digests)",
+                    )
+                )
         rows = db.rows_of_file(file.id)
         report.entries += len(rows)
         _compare_rows(file, rows, verdict, db, report.problems)

@@ -22,7 +22,10 @@ other process using the store must be stopped):
    store did not write (``found`` by an older release) is reported, not
    rewritten;
 5. files whose index entries disagree with their records are re-indexed;
-6. a final check, whose report is returned.
+6. a file whose bytes changed after it was closed while every record in it
+   stays whole and valid gets its new SHA-256 recorded (the report says so:
+   a replica, once there are replicas, holds the old bytes);
+7. a final check, whose report is returned.
 
 Problems no file operation can fix (a revisit whose original is lost, a
 foreign file in ``warcs/``) remain in the final report, so ``repair`` exits
@@ -36,7 +39,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.store.check import REINDEX_KINDS, SALVAGE_KINDS, CheckReport, check_files
+from gateway.store.check import (
+    REINDEX_KINDS,
+    RESHA_KINDS,
+    SALVAGE_KINDS,
+    CheckReport,
+    check_files,
+)
 from gateway.store.db import FileRow, IndexDB
 from gateway.store.framing import FramingError, next_frame, scan_frames
 from gateway.store.layout import (
@@ -204,6 +213,18 @@ def _reindex(layout: Layout, db: IndexDB, name: str) -> str:
     return f"re-indexed {name}: {count} entries" + (f" ({problem})" if problem else "")
 
 
+def _record_sha256(layout: Layout, db: IndexDB, name: str) -> str:
+    file = db.file_by_name(name)
+    if file is None:
+        return f"{name}: not in the index"
+    sha256 = file_sha256(layout.path_of(name, fs_version=file.fs_version))
+    db.set_sha256(file.id, sha256)
+    return (
+        f"recorded the new SHA-256 of {name}, changed after it was closed "
+        f"(was {file.sha256}, now {sha256}); every record in it passes its digests"
+    )
+
+
 def _leftovers(layout: Layout, db: IndexDB, report: RepairReport) -> None:
     """Step 2: older releases' leftovers and store-written orphans (lists ``warcs/``)."""
     names = set(os.listdir(layout.warcs))
@@ -282,6 +303,9 @@ def repair_store(layout: Layout) -> RepairReport:
                 report.actions.append(_salvage(layout, db, name, first.verdicts[name]))
             for name in reindex:
                 report.actions.append(_reindex(layout, db, name))
+            for problem in first.problems:
+                if problem.kind in RESHA_KINDS:
+                    report.actions.append(_record_sha256(layout, db, problem.file))
             report.final = check_files(layout, db)
             return report
         finally:

@@ -294,3 +294,19 @@ def test_the_default_store_never_shares_a_directory_with_the_default_collection(
         assert store != directory
         assert store not in directory.parents, directory  # nothing the collection reads
         assert directory not in store.parents, directory  # nothing the store writes
+
+
+def test_a_record_without_a_warc_date_is_stored_but_not_indexed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """WARC 1.1 §5.4 makes WARC-Date mandatory; a record without one has no place in a CDX index."""
+    source = tmp_path / "dateless.warc"
+    shutil.copy(DATA / "warcio-test" / "example.warc", source)
+    with source.open("ab") as fh:
+        fh.write(b"WARC/1.0\r\nWARC-Type: metadata\r\nContent-Type: text/plain\r\n")
+        fh.write(b"WARC-Target-URI: http://example.com/note\r\nContent-Length: 4\r\n")
+        fh.write(b"\r\nnote\r\n\r\n")
+    root = tmp_path / "store"
+    assert store_cli(["add", "--root", str(root), str(source)]) == 0, capsys.readouterr().err
+    assert _stored_rows(root, source.name) == _cdxj(DATA / "warcio-test" / "example.warc")
+    assert check_store(Layout(root), progress=False).ok

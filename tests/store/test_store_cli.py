@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from warcio.warcwriter import WARCWriter
 
 from gateway.cdxj import CdxRecord
 from gateway.store.cli import add_subcommands
@@ -234,6 +235,25 @@ def test_check_and_repair_a_torn_open_file(
     served = _served(settings_for(str(store_root)), [url_for(i) for i in range(4)])
     assert set(served) == {url_for(i) for i in range(4)}
     assert not list(Layout(store_root).warcs.glob("*.open"))
+
+
+def test_check_notices_a_file_that_changed_after_it_was_closed(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A whole record added after the last one (a warcinfo: nothing to index):
+    # framing and digests still pass, the SHA-256 does not.
+    _fill(settings, count=2)
+    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    with warc.open("ab") as fh:
+        writer = WARCWriter(fh, gzip=True, warc_version="1.1")
+        writer.write_record(writer.create_warcinfo_record("added.warc.gz", {"note": "x"}))
+    status, out = _check(settings.root_path, capsys)
+    assert status == 1
+    assert "[sha256]" in out
+    assert "changed after it was closed" in out
+    assert store_cli(["repair", "--root", settings.root]) == 0
+    assert "recorded the new SHA-256" in capsys.readouterr().out
+    assert _check(settings.root_path, capsys)[0] == 0
 
 
 def test_check_reports_index_entries_that_disagree(

@@ -14,6 +14,7 @@ ones the store wrote.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -299,3 +300,29 @@ async def test_second_writer_is_refused_and_shared_processes_are_not(store: Stor
         await Store.open(store.settings)
     async with await Store.open(store.settings, mode="shared") as shared:
         assert shared.mode == "shared"
+
+
+async def test_files_know_their_sha256_date_layout_and_origin(
+    store_root: Path, sample_dir: Path
+) -> None:
+    """The facts replication and layout migration need (issues 13 and 14), for every origin."""
+    crashed = _crashed(store_root, 2)  # closed by recovery: its digest is computed then
+    settings = StoreSettings(root=str(store_root), rollover_bytes=3_000)
+    async with await Store.open(settings) as store:
+        for i in range(3):
+            await store.record(make_capture(f"http://example.com/{i}", os.urandom(3000)))
+        await store.add_warc(sample_dir / "warcs" / "example.arc.gz")
+    db = sqlite3.connect(Layout(store_root).db_path)
+    rows = db.execute("SELECT name, origin, sha256, fs_version, date, state FROM files").fetchall()
+    db.close()
+    assert len(rows) == 1 + 3 + 1
+    for name, origin, sha256, fs_version, date, state in rows:
+        path = Layout(store_root).warcs / name
+        assert sha256 == hashlib.sha256(path.read_bytes()).hexdigest(), name
+        assert (fs_version, state) == (1, "closed")
+        if name == "example.arc.gz":
+            assert (origin, date) == ("imported", "20140216050221")  # its first record's date
+        else:
+            assert origin == "written"
+            assert date == name.split("-")[1]
+    assert crashed.name.removesuffix(".open") in {row[0] for row in rows}
