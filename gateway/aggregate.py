@@ -41,6 +41,7 @@ from gateway.errors import (
 )
 from gateway.fuzzy import FUZZY_FIELD, FuzzyRules, Widened
 from gateway.loaders.base import ResourceLoader
+from gateway.metrics import ServedStats
 from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource
 
@@ -119,7 +120,8 @@ class Breaker:
     unavailability, skip the member for ``cooldown_s`` seconds (or the
     upstream ``Retry-After``, when longer).
 
-    State is visible on the status endpoint through :meth:`state`.
+    State is visible on the status endpoint through :meth:`state`; the
+    lookups it saw, by outcome, on ``/metrics`` through :meth:`lookups`.
     """
 
     threshold: int = 3
@@ -127,11 +129,16 @@ class Breaker:
     failures: int = 0
     open_until: float = 0.0
     last_reason: str = ""
+    ok: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    skipped: int = 0
 
     def check(self, name: str) -> None:
         """Raise :class:`SourceSkipped` while the breaker is open."""
         remaining = self.open_until - time.monotonic()
         if remaining > 0:
+            self.skipped += 1
             raise SourceSkipped(
                 name,
                 f"skipped by circuit breaker for {remaining:.1f} s more "
@@ -139,16 +146,36 @@ class Breaker:
             )
 
     def record_success(self) -> None:
+        self.ok += 1
         self.failures = 0
         self.open_until = 0.0
 
-    def record_failure(self, reason: str, retry_after_s: float | None = None) -> None:
+    def record_failure(
+        self, reason: str, retry_after_s: float | None = None, *, timed_out: bool = False
+    ) -> None:
+        if timed_out:
+            self.timeouts += 1
+        else:
+            self.errors += 1
         self.failures += 1
         self.last_reason = reason
         if retry_after_s is not None and retry_after_s > 0:
             self.open_until = time.monotonic() + max(retry_after_s, 0.0)
         elif self.failures >= self.threshold:
             self.open_until = time.monotonic() + self.cooldown_s
+
+    def is_open(self) -> bool:
+        """True while the member is skipped."""
+        return self.open_until > time.monotonic()
+
+    def lookups(self) -> dict[str, int]:
+        """Lookups seen so far by outcome: ``ok``, ``error``, ``timeout``, ``skipped``."""
+        return {
+            "ok": self.ok,
+            "error": self.errors,
+            "timeout": self.timeouts,
+            "skipped": self.skipped,
+        }
 
     def state(self) -> dict[str, object]:
         """``{"state": "closed"|"open", "failures": int, "retry_in_s": float, ...}``."""
@@ -263,7 +290,7 @@ class IndexGroup:
             error: SourceError = SourceUnavailable(
                 member.name, f"timeout after {self.timeout_s:g} s"
             )
-            breaker.record_failure(error.reason)
+            breaker.record_failure(error.reason, timed_out=True)
             return error
         assert isinstance(exc, SourceError)
         retry_after = exc.retry_after_s if isinstance(exc, SourceUnavailable) else None
@@ -368,6 +395,7 @@ class Step:
     ``recorder`` is set when the step or one of its members has ``record: true``;
     ``load_timeout_s`` bounds loading one capture's record (its headers, and
     for remote and live captures the spooled payload) before the next is tried.
+    ``served`` counts the records sent from this step's captures (``/metrics``).
     """
 
     name: str
@@ -375,6 +403,7 @@ class Step:
     loaders: list[ResourceLoader]
     recorder: Recorder | None = None
     load_timeout_s: float = 30.0
+    served: ServedStats = field(default_factory=ServedStats)
 
     async def aclose(self) -> None:
         if self.recorder is not None:

@@ -17,6 +17,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gateway.logs import add_logging_arguments
+from gateway.progress import add_progress_argument
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -46,13 +49,12 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import logging
-
     from aiohttp import web
 
     from gateway.app import build_collections, create_app
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
+    from gateway.logs import access_logger, configure_logging
     from gateway.store.errors import StoreError
 
     try:
@@ -62,13 +64,17 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(args.log_level, args.log_format)
     app = create_app(config, collections=collections, clients=clients)
     app.on_startup.append(_freeze_heap)
-    print(
-        f"gateway: serving {', '.join(collections) or '(no collections)'} "
-        f"on http://{args.host}:{args.port}/",
-        file=sys.stderr,
+    import logging
+
+    # A log record, so that with --log-format json every line of standard error is JSON.
+    logging.getLogger("gateway.cli").info(
+        "serving %s on http://%s:%d/ (open it in a browser, or ask /openapi.json)",
+        ", ".join(collections) or "(no collections)",
+        args.host,
+        args.port,
     )
     try:
         web.run_app(
@@ -76,7 +82,8 @@ def _serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             handler_cancellation=True,
-            access_log=None,
+            access_log=access_logger(args.access_log),
+            access_log_format=args.access_log or "",
             print=None,
             loop=_new_loop(),
         )
@@ -130,18 +137,21 @@ def _check_config(args: argparse.Namespace) -> int:
 def _index(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from gateway.indexer import write_cdxj_index
+    from gateway.indexer import archive_files, write_cdxj_index
+    from gateway.progress import progress_bar
 
     inputs = [Path(p) for p in args.warcs]
     try:
-        if args.output and args.output != "-":
-            out_path = Path(args.output)
-            tmp = out_path.with_name(out_path.name + ".tmp")
-            with tmp.open("w", encoding="utf-8") as out:
-                count = write_cdxj_index(inputs, out)
-            tmp.replace(out_path)
-        else:
-            count = write_cdxj_index(inputs, sys.stdout)
+        total = sum(path.stat().st_size for path in archive_files(inputs))
+        with progress_bar("gateway index", total, enabled=args.progress) as bar:
+            if args.output and args.output != "-":
+                out_path = Path(args.output)
+                tmp = out_path.with_name(out_path.name + ".tmp")
+                with tmp.open("w", encoding="utf-8") as out:
+                    count = write_cdxj_index(inputs, out, progress=bar.update)
+                tmp.replace(out_path)
+            else:
+                count = write_cdxj_index(inputs, sys.stdout, progress=bar.update)
     except (ValueError, OSError) as exc:
         print(f"gateway index: {exc}", file=sys.stderr)
         return 1
@@ -159,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", default=DEFAULT_CONFIG, help="collections.yaml to serve")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
+    add_logging_arguments(serve)
     serve.set_defaults(run=_serve)
 
     check = sub.add_parser("check-config", help="validate a config and print its tree")
@@ -168,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="write a sorted CDXJ index of WARC/ARC files")
     index.add_argument("warcs", nargs="+", metavar="WARC", help="WARC or ARC files")
     index.add_argument("-o", "--output", help="output file (default: standard output)")
+    add_progress_argument(index)
     index.set_defaults(run=_index)
 
     from gateway.store.cli import add_subcommands as add_store_subcommands

@@ -38,7 +38,7 @@ import os
 import textwrap
 import zlib
 from collections import deque
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Final, TextIO, cast
 
@@ -46,7 +46,7 @@ from cdxj_indexer import CDXJIndexer, iter_file_or_dir
 from warcio.exceptions import ArchiveLoadFailed
 from warcio.recordbuilder import RecordBuilder
 
-__all__ = ["ARCHIVE_SUFFIXES", "write_cdxj_index"]
+__all__ = ["ARCHIVE_SUFFIXES", "archive_files", "write_cdxj_index"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +99,25 @@ class _DigestingRecords:
     indexing stops half-way through a file.
     """
 
-    __slots__ = ("_recent", "_record_types", "_records")
+    __slots__ = ("_position", "_recent", "_record_types", "_records", "done", "progress")
 
-    def __init__(self, records: Any, record_types: Collection[str] | None) -> None:
+    def __init__(
+        self,
+        records: Any,
+        record_types: Collection[str] | None,
+        progress: Callable[[int], object] | None = None,
+        position: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._records = records
         self._record_types = record_types
+        #: Called with the bytes of the file read since the last call.
+        self.progress = progress
+        #: Where reading the file has got to (its ``tell``: it never consumes a
+        #: record, unlike warcio's ``get_record_offset``, which would read the
+        #: body that post_append still needs).
+        self._position = position
+        #: The file offset reported to ``progress`` so far.
+        self.done = 0
         # (record, its ensure_digest spool) for the last records yielded:
         # cdxj-indexer's buffering holds back at most one record, so two suffice.
         self._recent: deque[tuple[Any, IO[bytes] | None]] = deque(maxlen=2)
@@ -118,6 +132,11 @@ class _DigestingRecords:
 
     def __iter__(self) -> Iterator[Any]:
         for record in self._records:
+            if self.progress is not None:
+                offset = self._position()
+                if offset > self.done:
+                    self.progress(offset - self.done)
+                    self.done = offset
             if self._recent:
                 _, spool = self._recent[-1]
                 if spool is not None:
@@ -151,14 +170,21 @@ class _Indexer(CDXJIndexer):  # type: ignore[misc]  # cdxj-indexer ships no type
     """cdxj-indexer, with payload digests computed before post_append buffering."""
 
     _records: _DigestingRecords | None = None
+    #: ``progress(n)``: ``n`` more bytes of the input files were indexed.
+    progress: Callable[[int], object] | None = None
 
     def _create_record_iter(self, input_: BinaryIO) -> _DigestingRecords:
-        self._records = _DigestingRecords(super()._create_record_iter(input_), self.include_records)
+        self._records = _DigestingRecords(
+            super()._create_record_iter(input_), self.include_records, self.progress, input_.tell
+        )
         return self._records
 
     def process_one(self, input_: BinaryIO, output: _LineSink, filename: str) -> None:
         try:
             super().process_one(input_, output, filename)
+            if self.progress is not None:  # the last record, to the end of the file
+                done = self._records.done if self._records is not None else 0
+                self.progress(max(os.fstat(input_.fileno()).st_size - done, 0))
         finally:
             if self._records is not None:
                 self._records.close()
@@ -175,6 +201,7 @@ def write_cdxj_index(
     out: BinaryIO | TextIO,
     *,
     post_append: bool = True,
+    progress: Callable[[int], object] | None = None,
 ) -> int:
     """Index WARC/ARC files into one sorted CDXJ index written to ``out``.
 
@@ -186,20 +213,23 @@ def write_cdxj_index(
     (the same record given twice) are written once. An empty file is an
     archive with no records.
 
-    Returns the number of lines written.
+    ``progress(n)`` is called as ``n`` more bytes of the inputs are indexed
+    (their sizes on disk in all; a :func:`gateway.progress.progress_bar`'s
+    ``update``). Returns the number of lines written.
 
     Raises :class:`ValueError`, before anything is written to ``out``, if an
     input does not exist, is not a WARC or ARC file, or cannot be read to its
     end (the message names the file and, where warcio knows one, the fix:
     ``warcio recompress`` for a gzip that is not one member per record).
     """
-    files = _archive_files(inputs)
+    files = archive_files(inputs)
     for path in files:
         _check_archive_start(path)
 
     by_name = {path.name: path for path in reversed(files)}
     sink = _LineSink(out)
     indexer = _Indexer(sink, [str(path) for path in files], post_append=post_append, sort=True)
+    indexer.progress = progress
     try:
         indexer.process_all()
     except (ArchiveLoadFailed, zlib.error) as exc:
@@ -211,8 +241,12 @@ def write_cdxj_index(
     return sink.lines
 
 
-def _archive_files(inputs: Sequence[Path]) -> list[Path]:
-    """Expand directories (cdxj-indexer's walk) and reject inputs that do not exist."""
+def archive_files(inputs: Sequence[Path]) -> list[Path]:
+    """The files :func:`write_cdxj_index` reads: directories expanded (cdxj-indexer's walk).
+
+    Raises :class:`ValueError` for an input that does not exist or is neither
+    a regular file nor a directory.
+    """
     for path in inputs:
         if not path.exists():
             raise ValueError(

@@ -75,6 +75,7 @@ from gateway.memento import (
     timemap_link_value,
     timestamp_to_http_date,
 )
+from gateway.metrics import ServedStats
 from gateway.query import CaptureQuery, pad_timestamp
 
 __all__ = [
@@ -442,6 +443,7 @@ async def _send_memento(
     loaded: LoadedRecord,
     found: _Neighbours,
     errors: dict[str, str],
+    served: ServedStats,
 ) -> web.StreamResponse:
     status, reason, archived = archived_response(loaded)
     assert found.selected is not None
@@ -465,13 +467,18 @@ async def _send_memento(
         size = loaded.content_length - len(loaded.warc_headers) - len(loaded.http_headers)
         response.content_length = max(size, 0)
     await add_cors_headers(response).prepare(request)
+    sent = 0
     try:
         if has_body and request.method != "HEAD":
             async for chunk in body:
                 await response.write(chunk)
+                sent += len(chunk)
         await response.write_eof()
     except ConnectionError:
         client_left(request)
+        return response
+    if request.method != "HEAD":
+        served.served(sent)
     return response
 
 
@@ -486,7 +493,7 @@ async def memento_handler(request: web.Request) -> web.StreamResponse:
     requested = request.match_info["timestamp"]
     query = _query(target.original, closest=pad_timestamp(requested, up=False))
     try:
-        _step, loaded, errors = await find_record(collection, query)
+        step, loaded, errors = await find_record(collection, query)
     except NotFound as exc:
         return _not_found(exc.message, exc.errors, target.links())
     try:
@@ -501,6 +508,6 @@ async def memento_handler(request: web.Request) -> web.StreamResponse:
             # Served from a later step of a sequence (the first step's captures
             # did not load), or the index changed in between: no neighbours known.
             found.selected, found.prev, found.next = captured, None, None
-        return await _send_memento(request, target, loaded, found, errors)
+        return await _send_memento(request, target, loaded, found, errors, step.served)
     finally:
         await loaded.aclose()

@@ -270,10 +270,12 @@ async def send_record(
         if whole is not None and len(whole) < 64 * 1024:
             if request.method == "HEAD":
                 return web.Response(headers=headers)
-            return web.Response(body=b"".join((head, whole)), headers=headers)
+            body = b"".join((head, whole))
+            step.served.served(len(body))
+            return web.Response(body=body, headers=headers)
         response = web.StreamResponse(headers=headers)
         try:
-            return await _stream_record(request, response, loaded, head, whole)
+            return await _stream_record(request, step, response, loaded, head, whole)
         except ConnectionError:
             client_left(request)
             return response
@@ -283,6 +285,7 @@ async def send_record(
 
 async def _stream_record(
     request: web.Request,
+    step: Step,
     response: web.StreamResponse,
     loaded: LoadedRecord,
     head: bytes,
@@ -297,14 +300,17 @@ async def _stream_record(
         await response.write(head)
         await response.write(whole)
         await response.write_eof()
+        step.served.served(len(head) + len(whole))
         return response
     pending = head
+    sent = 0
     try:
         async for chunk in loaded.body:
             if len(pending) + len(chunk) <= 64 * 1024:
                 pending += chunk
             else:
                 await response.write(pending)
+                sent += len(pending)
                 pending = chunk
     except LoadError as exc:
         # The status line is out: no error answer is possible any more (the
@@ -320,6 +326,7 @@ async def _stream_record(
             request.transport.close()
         return response
     await response.write_eof(pending)
+    step.served.served(sent + len(pending))
     return response
 
 

@@ -33,16 +33,19 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
+from gateway.progress import progress_bar
 from gateway.store.db import FileRow, IndexDB, StoredRow
 from gateway.store.errors import StoreError
 from gateway.store.indexing import FULL_RECORD_TYPES, is_indexed, timestamp_of
 from gateway.store.layout import IMPORTING_SUFFIX, OPEN_SUFFIX, Layout, StoreLock
-from gateway.store.progress import ProgressBar
 from gateway.store.recovery import file_sha256
 from gateway.store.schema import SCHEMA_VERSION, schema_version
 from gateway.store.verify import FileVerdict, RecordInfo, verify_file, written_by_store
+
+if TYPE_CHECKING:
+    from gateway.progress import Bar
 
 __all__ = ["CheckReport", "Problem", "ProblemKind", "check_files", "check_store"]
 
@@ -280,13 +283,16 @@ def check_files(
     *,
     live: bool = False,
     writer_live: bool = False,
-    progress: ProgressBar | None = None,
+    progress: Bar | None = None,
 ) -> CheckReport:
     """Check with an already opened index (``store repair`` reuses it). Blocking.
 
     ``live``: other processes have the store open (their imports in
     progress are skipped); ``writer_live``: one of them writes (its open
-    file is skipped).
+    file is skipped). ``progress``: a bar
+    (:func:`gateway.progress.progress_bar`) whose total is set to the bytes
+    to read (twice each file's size, plus once for each SHA-256) and closed
+    at the end.
     """
     report = CheckReport(live=live)
     quick = db.quick_check()
@@ -334,11 +340,13 @@ def check_files(
             )
         todo.append((path, file))
     total = sum(path.stat().st_size for path, _ in todo)
-    bar = progress or ProgressBar(2 * total, label="store check", enabled=False)
-    bar.total = max(2 * total, 1)
+    bar = progress if progress is not None else progress_bar("store check", enabled=False)
+    bar.total = 3 * total
+    bar.refresh()
     for path, file in todo:
         try:
-            verdict = verify_file(path, progress=bar.advance)
+            size = path.stat().st_size
+            verdict = verify_file(path, progress=bar.update)
         except FileNotFoundError:  # closed or moved by another process meanwhile
             report.skipped.append(path.name)
             continue
@@ -349,7 +357,7 @@ def check_files(
         problems = _verify_problems(path.name, file.open, verdict)
         report.problems.extend(problems)
         if file.state == "closed" and file.sha256 is not None and not problems:
-            actual = file_sha256(path)
+            actual = file_sha256(path, progress=bar.update)
             if actual != file.sha256:
                 report.problems.append(
                     Problem(
@@ -359,10 +367,12 @@ def check_files(
                         f"recorded {file.sha256} (its records pass their digests)",
                     )
                 )
+        else:
+            bar.update(size)
         rows = db.rows_of_file(file.id)
         report.entries += len(rows)
         _compare_rows(file, rows, verdict, db, report.problems)
-    bar.finish()
+    bar.close()
     return report
 
 
@@ -400,8 +410,9 @@ def _open_index(layout: Layout, alone: bool, scratch: Path) -> IndexDB:
 def check_store(layout: Layout, *, progress: bool | None = None) -> CheckReport:
     """Check the store at ``layout`` without changing anything (blocking).
 
-    ``progress``: see :class:`ProgressBar` ``enabled``. A missing store or
-    index is reported as a problem, and so is a store ``store repair`` holds.
+    ``progress``: draw a bar (None: when standard error is a terminal; see
+    :func:`gateway.progress.progress_bar`). A missing store or index is
+    reported as a problem, and so is a store ``store repair`` holds.
     """
     if not layout.exists():
         return CheckReport(problems=[Problem("index_db", "", f"no store at {layout.root}")])
@@ -426,7 +437,7 @@ def check_store(layout: Layout, *, progress: bool | None = None) -> CheckReport:
         with tempfile.TemporaryDirectory(prefix="store-check-") as scratch:
             db = _open_index(layout, alone, Path(scratch))
             try:
-                bar = ProgressBar(0, label="store check", enabled=progress)
+                bar = progress_bar("store check", enabled=progress)
                 return check_files(
                     layout, db, live=not alone, writer_live=writer_live, progress=bar
                 )

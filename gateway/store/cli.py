@@ -2,16 +2,18 @@
 
 ::
 
-    gateway store add [--root DIR | --config FILE] WARC...
+    gateway store add [--root DIR | --config FILE] [--progress | --no-progress] WARC...
     gateway store history [--root DIR | --config FILE] URL
                           [--at TS | --from TS --to TS | --latest | --all] [--output cdxj|json]
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
-    gateway store repair [--root DIR | --config FILE]
+    gateway store repair [--root DIR | --config FILE] [--progress | --no-progress]
 
 ``--root`` defaults to ``./archive/store``; ``--config`` takes the
 ``store:`` section of a collections.yaml (through ``gateway.config``, the
 only YAML reader). Exit status: 0 success, 1 problems found or a file
-rejected, 2 bad usage or the store is in use / missing.
+rejected, 2 bad usage or the store is in use / missing. ``add``, ``check``
+and ``repair`` draw a progress bar on standard error when it is a terminal
+(:mod:`gateway.progress`).
 
 ``check`` never changes anything; ``add`` and ``history`` work beside a
 running gateway (they open the store shared); ``repair`` needs the store to
@@ -22,15 +24,20 @@ itself (stop every process using it first). Also runnable alone:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from gateway.progress import add_progress_argument
 from gateway.store.errors import StoreError, StoreLocked
 from gateway.store.layout import DEFAULT_ROOT
 from gateway.store.settings import StoreSettings
+
+if TYPE_CHECKING:
+    from gateway.progress import Bar
+    from gateway.store.importer import ImportResult
 
 # The commands import the store itself when they run (warcio, SQLite and
 # the writer are not needed to print ``--help``).
@@ -72,42 +79,56 @@ def _err(command: str, message: object) -> None:
 
 # ------------------------------------------------------------------ commands
 def _cmd_add(args: argparse.Namespace) -> int:
+    from gateway.progress import progress_bar
     from gateway.store.errors import ImportRejected
     from gateway.store.importer import verify_source
     from gateway.store.store import Store
 
     settings = _settings(args)
+    # Verification reads each file three times (framing, warcio's digests, SHA-256).
+    total = 3 * sum(p.stat().st_size for p in map(Path, args.warcs) if p.is_file())
 
     async def run() -> int:
         status = 0
         store: Store | None = None  # opened at the first file accepted: a refusal changes nothing
         try:
-            for name in args.warcs:
-                try:
-                    source = await asyncio.to_thread(verify_source, Path(name))
-                    if store is None:
-                        store = await Store.open(settings, mode="shared")
-                    result = await store.add_verified(source)
-                except ImportRejected as exc:
-                    status = 1
-                    _err("add", f"{name}: refused, nothing was changed:")
-                    for problem in exc.problems:
-                        print(f"  {problem}", file=sys.stderr)
-                    continue
-                if result.already_present:
-                    print(f"{name}: already in the store as warcs/{result.name}")
-                else:
-                    print(
-                        f"{name}: added as warcs/{result.name}, {result.records} captures indexed"
-                    )
-                for note in result.notes:
-                    print(f"  note: {note}")
+            with progress_bar("store add", total, enabled=args.progress) as bar:
+                for name in args.warcs:
+                    try:
+                        source = await asyncio.to_thread(
+                            verify_source, Path(name), progress=bar.update
+                        )
+                        if store is None:
+                            store = await Store.open(settings, mode="shared")
+                        result = await store.add_verified(source)
+                    except ImportRejected as exc:
+                        status = 1
+                        problems = "".join(f"\n  {problem}" for problem in exc.problems)
+                        message = f"{name}: refused, nothing was changed:{problems}"
+                        bar.write(f"gateway store add: {message}", file=sys.stderr)
+                        continue
+                    _report_added(bar, name, result)
         finally:
             if store is not None:
                 await store.close()
         return status
 
+    import asyncio
+
     return asyncio.run(run())
+
+
+def _report_added(bar: Bar, name: str, result: ImportResult) -> None:
+    """The line ``store add`` prints above its bar for a file it took."""
+    if result.already_present:
+        bar.write(f"{name}: already in the store as warcs/{result.name}", file=sys.stdout)
+    else:
+        bar.write(
+            f"{name}: added as warcs/{result.name}, {result.records} captures indexed",
+            file=sys.stdout,
+        )
+    for note in result.notes:
+        bar.write(f"  note: {note}", file=sys.stdout)
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -136,6 +157,8 @@ def _cmd_history(args: argparse.Namespace) -> int:
             sys.stdout.write(record.to_json() if args.output == "json" else record.to_cdxj())
         return 0
 
+    import asyncio
+
     try:
         return asyncio.run(run())
     except ValueError as exc:
@@ -162,7 +185,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     from gateway.store.repair import repair_store
 
     settings = _settings(args)
-    report = repair_store(layout_for(settings.root))
+    report = repair_store(layout_for(settings.root), progress=args.progress)
     for line in report.recovery.describe() + report.actions:
         print(f"repair: {line}")
     for problem in report.final.problems:
@@ -205,6 +228,7 @@ def add_store_commands(
         "add", help="import WARC/ARC files (verify with warcio, copy, index); beside a gateway too"
     )
     _common(add, settings_loader)
+    add_progress_argument(add)
     add.add_argument(
         "warcs", nargs="+", metavar="WARC", help=".warc, .warc.gz, .arc or .arc.gz files"
     )
@@ -235,18 +259,14 @@ def add_store_commands(
         "check", help="verify every record and index entry; exits 1 on problems"
     )
     _common(check, settings_loader)
-    check.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress bar on stderr (default: on a terminal or a long run)",
-    )
+    add_progress_argument(check)
     check.set_defaults(run=_guarded("check", _cmd_check))
 
     repair = leaves.add_parser(
         "repair", help="fix what check finds (stop every process using the store first)"
     )
     _common(repair, settings_loader)
+    add_progress_argument(repair)
     repair.set_defaults(run=_guarded("repair", _cmd_repair))
 
 

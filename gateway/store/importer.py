@@ -116,6 +116,8 @@ class ImportResult:
 def verify_source(source: Path, *, progress: Progress | None = None) -> VerifiedSource:
     """Check ``source`` without changing anything (blocking; reads the file three times).
 
+    ``progress(n)``: ``n`` more bytes were read (three times the size in all).
+
     Raises :class:`ImportRejected` listing every problem: a name that is not
     a WARC or ARC file name, a file that cannot be read, a record that is not
     whole (a torn or damaged file: ``offset N: reason``), a failing digest, no
@@ -128,7 +130,7 @@ def verify_source(source: Path, *, progress: Progress | None = None) -> Verified
         raise ImportRejected(str(source), ["not a regular file"])
     try:
         verdict = verify_file(source, progress=progress)
-        sha256 = file_sha256(source)
+        sha256 = file_sha256(source, progress=progress)
     except OSError as exc:
         raise ImportRejected(str(source), [f"cannot read: {exc.strerror or exc}"]) from exc
     problems = [f"offset {off}: {why}" for off, why in sorted(verdict.bad_records.items())]

@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -95,12 +96,17 @@ class RecoveryReport:
         return bool(self.describe())
 
 
-def file_sha256(path: Path) -> str:
-    """The hex SHA-256 of a whole file (blocking; reads it once)."""
+def file_sha256(path: Path, *, progress: Callable[[int], object] | None = None) -> str:
+    """The hex SHA-256 of a whole file (blocking; reads it once).
+
+    ``progress(n)``: called as ``n`` more bytes are read.
+    """
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
+            if progress is not None:
+                progress(len(chunk))
     return digest.hexdigest()
 
 

@@ -39,6 +39,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.progress import progress_bar
 from gateway.store.check import (
     REINDEX_KINDS,
     RESHA_KINDS,
@@ -274,10 +275,12 @@ def _adopt_orphan(layout: Layout, db: IndexDB, path: Path, report: RepairReport)
     )
 
 
-def repair_store(layout: Layout) -> RepairReport:
+def repair_store(layout: Layout, *, progress: bool | None = None) -> RepairReport:
     """Run recovery, then fix every fixable problem of a check (blocking).
 
-    Raises :class:`~gateway.store.errors.StoreLocked` when the store is in use.
+    ``progress``: draw a bar for each of the two checks (None: when standard
+    error is a terminal; :func:`gateway.progress.progress_bar`). Raises
+    :class:`~gateway.store.errors.StoreLocked` when the store is in use.
     """
     lock = StoreLock(layout.lock_path)
     writer = StoreLock(layout.writer_lock_path, exclusive_only=True)
@@ -294,7 +297,9 @@ def repair_store(layout: Layout) -> RepairReport:
             for file in db.pending_links():
                 remove_open_link(db, file, layout.path_of(file.name, open_=True))
             _leftovers(layout, db, report)
-            first = check_files(layout, db)
+            first = check_files(
+                layout, db, progress=progress_bar("store repair: check", enabled=progress)
+            )
             salvage = sorted({p.file for p in first.problems if p.kind in SALVAGE_KINDS})
             reindex = sorted(
                 {p.file for p in first.problems if p.kind in REINDEX_KINDS} - set(salvage)
@@ -306,7 +311,9 @@ def repair_store(layout: Layout) -> RepairReport:
             for problem in first.problems:
                 if problem.kind in RESHA_KINDS:
                     report.actions.append(_record_sha256(layout, db, problem.file))
-            report.final = check_files(layout, db)
+            report.final = check_files(
+                layout, db, progress=progress_bar("store repair: final check", enabled=progress)
+            )
             return report
         finally:
             db.close()

@@ -50,7 +50,7 @@ from gateway.store.recovery import RecoveryReport, recover_imports, recover_open
 from gateway.store.settings import StoreSettings
 from gateway.store.verify import Progress
 from gateway.store.warcfile import FaultInjector
-from gateway.store.writer import StoreWriter
+from gateway.store.writer import StoreWriter, WriteStats
 
 __all__ = ["Store", "StoreMode"]
 
@@ -87,6 +87,14 @@ class Store:
     @property
     def mode(self) -> StoreMode:
         return "shared" if self._writer is None else "write"
+
+    @property
+    def write_stats(self) -> WriteStats:
+        """The writer's counters of captures and bytes written (``/metrics``).
+
+        A shared process writes no WARC file: its counters stay at zero.
+        """
+        return self._writer.stats if self._writer is not None else WriteStats()
 
     # -------------------------------------------------------------- lifecycle
     @classmethod
@@ -221,8 +229,10 @@ class Store:
     async def add_warc(self, path: Path, *, progress: Progress | None = None) -> ImportResult:
         """Import a WARC or ARC file: verify it, copy it in, index it (:mod:`~.importer`).
 
-        Works in both modes, beside a writer in another process; its
-        captures are findable by every process once it returns. Raises
+        ``progress(n)`` is called (from a worker thread) as the verification
+        reads ``n`` more bytes, three times the file's size in all. Works in
+        both modes, beside a writer in another process; its captures are
+        findable by every process once it returns. Raises
         :class:`~gateway.store.errors.ImportRejected` (the store unchanged)
         when the file is not one the gateway serves whole, or a different file
         of that name is in the store; :class:`StoreError` on I/O errors.

@@ -39,8 +39,9 @@ STORE_SOFTWARE: Final = "archive-gateway/"
 
 _CHUNK: Final = 1 << 16
 
-#: ``progress(n)``: ``n`` more bytes were processed.
-Progress = Callable[[int], None]
+#: ``progress(n)``: ``n`` more bytes were processed (what it returns is ignored;
+#: a tqdm bar's ``update`` fits).
+Progress = Callable[[int], object]
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ from gateway.store.records import prepare_capture, write_capture
 from gateway.store.settings import DedupPolicy, StoreSettings
 from gateway.store.warcfile import FaultInjector, OpenWarc, remove_open_link
 
-__all__ = ["StoreWriter"]
+__all__ = ["StoreWriter", "WriteStats"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,29 @@ class _Batch:
     closed_links: list[tuple[FileRow, Path]] = field(default_factory=list)
 
 
+class WriteStats:
+    """What the writer finished, for ``/metrics``: plain counters, event loop side.
+
+    ``captures`` counts by ``(dedup policy, outcome)``: ``full``,
+    ``revisit`` and ``skipped`` once acknowledged (durable), ``failed`` for a
+    capture not stored; ``bytes_written`` adds the WARC record bytes of the
+    acknowledged full and revisit records.
+    """
+
+    __slots__ = ("bytes_written", "captures")
+
+    def __init__(self) -> None:
+        self.captures: dict[tuple[str, str], int] = {}
+        self.bytes_written = 0
+
+    def count(self, policy: str, ack: CaptureAck | None) -> None:
+        """Count one finished capture: its ``ack``, or None when it was not stored."""
+        key = (policy, ack.outcome if ack is not None else "failed")
+        self.captures[key] = self.captures.get(key, 0) + 1
+        if ack is not None and ack.outcome != "skipped":
+            self.bytes_written += ack.capture.length or 0
+
+
 class StoreWriter:
     """Owns the open WARC file and the index's writer connection once started."""
 
@@ -122,6 +145,7 @@ class StoreWriter:
         self._warc: OpenWarc | None = None
         self._links: list[asyncio.TimerHandle] = []
         self._cleanup: set[asyncio.Task[None]] = set()
+        self.stats = WriteStats()
 
     # ------------------------------------------------------------- async side
     def start(self, pending_links: Sequence[FileRow] = ()) -> None:
@@ -210,6 +234,7 @@ class StoreWriter:
             results = [StoreWriteError(f"capture not stored: internal error: {exc}")] * len(jobs)
             links = []
         for job, result in zip(jobs, results, strict=True):
+            self.stats.count(job.policy, result if isinstance(result, CaptureAck) else None)
             if job.future.done():
                 continue
             if isinstance(result, CaptureAck):

@@ -300,7 +300,7 @@ def test_check_shows_a_progress_bar(
 ) -> None:
     _fill(settings, count=2)
     assert store_cli(["check", "--root", settings.root, "--progress"]) == 0
-    assert "store check [" in capsys.readouterr().err
+    assert "store check: 100%" in capsys.readouterr().err
 
 
 def test_check_of_a_missing_store_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
