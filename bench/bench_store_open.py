@@ -156,7 +156,8 @@ def _make_store(
     conn.close()
 
 
-def _old_tree(commit: str, workdir: Path) -> Path:
+def old_tree(commit: str, workdir: Path) -> Path:
+    """The ``gateway`` package of ``commit`` (``git archive``), extracted under ``workdir``."""
     tree = workdir / f"gateway-{commit}"
     tree.mkdir()
     archive = subprocess.run(
@@ -169,10 +170,13 @@ def _old_tree(commit: str, workdir: Path) -> Path:
     return tree
 
 
-def _run_measure(tree: Path, root: Path, mode: str, opens: int, prefix: list[str]) -> str:
-    """Run :data:`_MEASURE` from ``tree`` (its ``gateway``), under ``prefix``; its stdout."""
+def run_code(tree: Path, code: str, args: list[str], prefix: list[str]) -> str:
+    """Run ``python -c code *args`` from ``tree`` (so its ``gateway``), under ``prefix``.
+
+    Returns its standard output; exits with its standard error when it fails.
+    """
     done = subprocess.run(
-        [*prefix, sys.executable, "-c", _MEASURE, str(root), mode, str(opens)],
+        [*prefix, sys.executable, "-c", code, *args],
         cwd=tree,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         capture_output=True,
@@ -181,26 +185,29 @@ def _run_measure(tree: Path, root: Path, mode: str, opens: int, prefix: list[str
         timeout=3600,
     )
     if done.returncode != 0:
-        raise SystemExit(f"measuring {mode} on {root} failed:\n{done.stderr[-2000:]}")
+        raise SystemExit(f"running {args} from {tree} failed:\n{done.stderr[-2000:]}")
     return done.stdout
 
 
 def _measure(tree: Path, root: Path, mode: str, repeat: int) -> list[float]:
-    times: list[float] = json.loads(_run_measure(tree, root, mode, repeat, []))
+    times: list[float] = json.loads(run_code(tree, _MEASURE, [str(root), mode, str(repeat)], []))
     return times
 
 
 _TOTALS: Final = re.compile(r"^(?:summary|totals): (\d+)", re.MULTILINE)
 
 
-def _instructions(root: Path, mode: str, opens: int, out: Path) -> int:
-    """Instructions of a whole measuring process with ``opens`` opens, under callgrind."""
-    prefix = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-    _run_measure(REPO, root, mode, opens, prefix)
+def callgrind_instructions(tree: Path, code: str, args: list[str], out: Path) -> int:
+    """Instructions of a whole ``python -c code *args`` process under callgrind."""
+    run_code(tree, code, args, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
     match = _TOTALS.search(out.read_text())
     if match is None:
         raise SystemExit(f"no totals in {out}")
     return int(match.group(1))
+
+
+def _instructions(root: Path, mode: str, opens: int, out: Path) -> int:
+    return callgrind_instructions(REPO, _MEASURE, [str(root), mode, str(opens)], out)
 
 
 def _callgrind(roots: dict[int, Path], opens: int, workdir: Path) -> None:
@@ -231,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-store-open-"))
     try:
-        old_tree = _old_tree(args.old_commit, workdir)
+        old = old_tree(args.old_commit, workdir)
         sample, rows = _sample_warc(workdir)
         results: dict[tuple[str, int], list[float]] = {}
         new_roots: dict[int, Path] = {}
@@ -243,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
             variants = (
                 ("this release, writer", REPO, new_root, "write"),
                 ("this release, shared", REPO, new_root, "shared"),
-                (f"release {args.old_commit}", old_tree, old_root, "old"),
+                (f"release {args.old_commit}", old, old_root, "old"),
                 ("floor: sqlite open", REPO, new_root, "floor"),
             )
             for label, tree, root, mode in variants:

@@ -20,18 +20,12 @@ wall time.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shutil
-import subprocess
-import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Final
 
-REPO: Final = Path(__file__).resolve().parents[1]
-_TOTALS: Final = re.compile(r"^(?:summary|totals): (\d+)", re.MULTILINE)
+from bench.bench_store_open import REPO, callgrind_instructions, old_tree
 
 #: ``python -c CODE ROOT CAPTURES SIZE``, run from the tree whose gateway is measured.
 _RECORD: Final = """
@@ -53,27 +47,6 @@ asyncio.run(main())
 """
 
 
-def _instructions(tree: Path, root: Path, captures: int, size: int, out: Path) -> int:
-    done = subprocess.run(
-        [
-            *("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"),
-            *(sys.executable, "-c", _RECORD, str(root), str(captures), str(size)),
-        ],
-        cwd=tree,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=3600,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"recording from {tree} failed:\n{done.stderr[-2000:]}")
-    match = _TOTALS.search(out.read_text())
-    if match is None:
-        raise SystemExit(f"no totals in {out}")
-    return int(match.group(1))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="bench_store_write", description=__doc__.split("\n")[0])
     parser.add_argument("--captures", type=int, default=200)
@@ -82,23 +55,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-store-write-"))
     try:
-        archive = subprocess.run(
-            ["git", "archive", args.old_commit, "gateway"],
-            cwd=REPO,
-            capture_output=True,
-            check=True,
-        ).stdout
-        (workdir / "old.tar").write_bytes(archive)
-        old_tree = workdir / "old"
-        with tarfile.open(workdir / "old.tar") as tar:
-            tar.extractall(old_tree, filter="data")
+        old_code = old_tree(args.old_commit, workdir)
         per_capture: dict[str, float] = {}
-        for label, tree in (("this release", REPO), (f"release {args.old_commit}", old_tree)):
+        for label, tree in (("this release", REPO), (f"release {args.old_commit}", old_code)):
             counts = []
             for captures in (0, args.captures):
                 root = workdir / f"store-{len(per_capture)}-{captures}"
                 out = workdir / f"cg-{len(per_capture)}-{captures}.out"
-                counts.append(_instructions(tree, root, captures, args.size, out))
+                run = [str(root), str(captures), str(args.size)]
+                counts.append(callgrind_instructions(tree, _RECORD, run, out))
             per_capture[label] = (counts[1] - counts[0]) / args.captures
             print(f"{label:<24} {per_capture[label] / 1000:10.1f} k instructions per capture")
         new, old = per_capture.values()

@@ -46,6 +46,20 @@ def _check(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     return status, capsys.readouterr().out
 
 
+def _check_repair_check(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str], found: list[str], action: str
+) -> None:
+    """``check`` fails naming each of ``found``; ``repair`` says ``action``; ``check`` passes."""
+    status, out = _check(settings.root_path, capsys)
+    assert status == 1
+    for text in found:
+        assert text in out
+    assert store_cli(["repair", "--root", settings.root]) == 0
+    assert action in capsys.readouterr().out
+    status, out = _check(settings.root_path, capsys)
+    assert status == 0, out
+
+
 def _served_entries(settings: StoreSettings, url: str) -> list[CdxRecord]:
     async def run() -> list[CdxRecord]:
         async with await Store.open(settings, mode="shared") as store:
@@ -247,13 +261,8 @@ def test_check_notices_a_file_that_changed_after_it_was_closed(
     with warc.open("ab") as fh:
         writer = WARCWriter(fh, gzip=True, warc_version="1.1")
         writer.write_record(writer.create_warcinfo_record("added.warc.gz", {"note": "x"}))
-    status, out = _check(settings.root_path, capsys)
-    assert status == 1
-    assert "[sha256]" in out
-    assert "changed after it was closed" in out
-    assert store_cli(["repair", "--root", settings.root]) == 0
-    assert "recorded the new SHA-256" in capsys.readouterr().out
-    assert _check(settings.root_path, capsys)[0] == 0
+    found = ["[sha256]", "changed after it was closed"]
+    _check_repair_check(settings, capsys, found, "recorded the new SHA-256")
 
 
 def test_check_reports_index_entries_that_disagree(
@@ -267,13 +276,7 @@ def test_check_reports_index_entries_that_disagree(
     db.execute("DELETE FROM captures WHERE id = 3")
     db.commit()
     db.close()
-    status, out = _check(settings.root_path, capsys)
-    assert status == 1
-    assert "[index_mismatch]" in out
-    assert "[unindexed_record]" in out
-    assert store_cli(["repair", "--root", settings.root]) == 0
-    assert "re-indexed" in capsys.readouterr().out
-    assert _check(settings.root_path, capsys)[0] == 0
+    _check_repair_check(settings, capsys, ["[index_mismatch]", "[unindexed_record]"], "re-indexed")
 
 
 def test_check_while_a_writer_holds_the_store(
