@@ -246,7 +246,8 @@ def create_app(
             readiness.block("store", "the snapshot store is opening (recovery)")
             from gateway.store import Store
 
-            shared.store = await Store.open(config.store)
+            records = any(coll.records for coll in config.collections.values())
+            shared.store = await Store.open(config.store, mode="write" if records else "shared")
             readiness.clear("store")
         readiness.clear("startup")
         try:

@@ -58,6 +58,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
     from gateway.logs import access_logger, configure_logging
+    from gateway.store.errors import StoreError
 
     try:
         config = _load(args.config)
@@ -84,15 +85,19 @@ def _serve(args: argparse.Namespace) -> int:
         args.host,
         args.port,
     )
-    web.run_app(
-        app,
-        sock=sock,
-        handler_cancellation=True,
-        access_log=access_logger(args.access_log),
-        access_log_format=args.access_log or "",
-        print=None,
-        loop=_new_loop(),
-    )
+    try:
+        web.run_app(
+            app,
+            sock=sock,
+            handler_cancellation=True,
+            access_log=access_logger(args.access_log),
+            access_log_format=args.access_log or "",
+            print=None,
+            loop=_new_loop(),
+        )
+    except StoreError as exc:  # the store cannot be opened (in use, newer, unreadable)
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -96,7 +96,8 @@ def test_a_rejected_file_is_reported_beside_the_bar(
     bad.write_bytes(b"this is not a WARC file\n")
     assert main(["store", "add", "--root", str(tmp_path / "store"), "--progress", str(bad)]) == 1
     err = capsys.readouterr().err
-    assert f"gateway store add: {bad}: rejected:\n  " in err
+    assert f"gateway store add: {bad}: refused, nothing was changed:\n  " in err
+    assert not (tmp_path / "store").exists()
 
 
 def test_index_progress_counts_every_byte_and_changes_nothing(sample_dir: Path) -> None:

@@ -8,16 +8,17 @@
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
     gateway store repair [--root DIR | --config FILE] [--progress | --no-progress]
 
-``--root`` defaults to ``./archive``; ``--config`` takes the ``store:``
-section of a collections.yaml (through ``gateway.config``, the only YAML
-reader). Exit status: 0 success, 1 problems found or a file rejected, 2 bad
-usage or the store is in use / missing. ``add``, ``check`` and ``repair``
-draw a progress bar on standard error when it is a terminal
+``--root`` defaults to ``./archive/store``; ``--config`` takes the
+``store:`` section of a collections.yaml (through ``gateway.config``, the
+only YAML reader). Exit status: 0 success, 1 problems found or a file
+rejected, 2 bad usage or the store is in use / missing. ``add``, ``check``
+and ``repair`` draw a progress bar on standard error when it is a terminal
 (:mod:`gateway.progress`).
 
-``check`` never changes anything; ``add`` and ``repair`` need the store to
-themselves (stop the gateway first); ``history`` reads while a gateway runs.
-Also runnable alone: ``python -m gateway.store.cli check --root DIR``.
+``check`` never changes anything; ``add`` and ``history`` work beside a
+running gateway (they open the store shared); ``repair`` needs the store to
+itself (stop every process using it first). Also runnable alone:
+``python -m gateway.store.cli check --root DIR``.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from typing import TYPE_CHECKING
 
 from gateway.progress import add_progress_argument
 from gateway.store.errors import StoreError, StoreLocked
+from gateway.store.layout import DEFAULT_ROOT
 from gateway.store.settings import StoreSettings
 
 if TYPE_CHECKING:
     from gateway.progress import Bar
-    from gateway.store.store import Store
+    from gateway.store.importer import ImportResult
 
 # The commands import the store itself when they run (warcio, SQLite and
 # the writer are not needed to print ``--help``).
@@ -78,18 +80,37 @@ def _err(command: str, message: object) -> None:
 # ------------------------------------------------------------------ commands
 def _cmd_add(args: argparse.Namespace) -> int:
     from gateway.progress import progress_bar
+    from gateway.store.errors import ImportRejected
+    from gateway.store.importer import verify_source
     from gateway.store.store import Store
 
     settings = _settings(args)
-    # Verification reads each file twice (framing, then warcio's digests).
-    total = 2 * sum(p.stat().st_size for p in map(Path, args.warcs) if p.is_file())
+    # Verification reads each file three times (framing, warcio's digests, SHA-256).
+    total = 3 * sum(p.stat().st_size for p in map(Path, args.warcs) if p.is_file())
 
     async def run() -> int:
         status = 0
-        async with await Store.open(settings) as store:
+        store: Store | None = None  # opened at the first file accepted: a refusal changes nothing
+        try:
             with progress_bar("store add", total, enabled=args.progress) as bar:
                 for name in args.warcs:
-                    status = max(status, await _add_one(store, name, bar))
+                    try:
+                        source = await asyncio.to_thread(
+                            verify_source, Path(name), progress=bar.update
+                        )
+                        if store is None:
+                            store = await Store.open(settings, mode="shared")
+                        result = await store.add_verified(source)
+                    except ImportRejected as exc:
+                        status = 1
+                        problems = "".join(f"\n  {problem}" for problem in exc.problems)
+                        message = f"{name}: refused, nothing was changed:{problems}"
+                        bar.write(f"gateway store add: {message}", file=sys.stderr)
+                        continue
+                    _report_added(bar, name, result)
+        finally:
+            if store is not None:
+                await store.close()
         return status
 
     import asyncio
@@ -97,16 +118,8 @@ def _cmd_add(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
-async def _add_one(store: Store, name: str, bar: Bar) -> int:
-    """Import one file for ``store add``; its line is printed above the bar."""
-    from gateway.store.errors import ImportRejected
-
-    try:
-        result = await store.add_warc(Path(name), progress=bar.update)
-    except ImportRejected as exc:
-        problems = "".join(f"\n  {problem}" for problem in exc.problems)
-        bar.write(f"gateway store add: {name}: rejected:{problems}", file=sys.stderr)
-        return 1
+def _report_added(bar: Bar, name: str, result: ImportResult) -> None:
+    """The line ``store add`` prints above its bar for a file it took."""
     if result.already_present:
         bar.write(f"{name}: already in the store as warcs/{result.name}", file=sys.stdout)
     else:
@@ -114,34 +127,32 @@ async def _add_one(store: Store, name: str, bar: Bar) -> int:
             f"{name}: added as warcs/{result.name}, {result.records} captures indexed",
             file=sys.stdout,
         )
-    return 0
+    for note in result.notes:
+        bar.write(f"  note: {note}", file=sys.stdout)
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
     if (args.at or args.latest) and (args.from_ts or args.to_ts):
         _err("history", "--from/--to cannot be combined with --at or --latest")
         return 2
-    from gateway.store.layout import Layout
-    from gateway.store.reader import StoreReader
+    from gateway.store.layout import layout_for
+    from gateway.store.store import Store
 
     settings = _settings(args)
-    layout = Layout(settings.root_path)
+    layout = layout_for(settings.root)
     if not layout.db_path.exists():
         _err("history", f"no store at {layout.root}")
         return 2
 
     async def run() -> int:
-        reader = StoreReader(layout.db_path)
-        try:
-            records = await reader.history(
+        async with await Store.open(settings, mode="shared") as store:
+            records = await store.history(
                 args.url,
                 at=args.at,
                 from_ts=args.from_ts,
                 to_ts=args.to_ts,
                 latest=args.latest,
             )
-        finally:
-            reader.close()
         for record in records:
             sys.stdout.write(record.to_json() if args.output == "json" else record.to_cdxj())
         return 0
@@ -157,10 +168,12 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from gateway.store.check import check_store
-    from gateway.store.layout import Layout
+    from gateway.store.layout import layout_for
 
     settings = _settings(args)
-    report = check_store(Layout(settings.root_path), progress=args.progress)
+    report = check_store(layout_for(settings.root), progress=args.progress)
+    for note in report.notes:
+        print(f"note: {note}")
     for problem in report.problems:
         print(problem)
     print(f"store check: {report.summary()}")
@@ -168,11 +181,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from gateway.store.layout import Layout
+    from gateway.store.layout import layout_for
     from gateway.store.repair import repair_store
 
     settings = _settings(args)
-    report = repair_store(Layout(settings.root_path), progress=args.progress)
+    report = repair_store(layout_for(settings.root), progress=args.progress)
     for line in report.recovery.describe() + report.actions:
         print(f"repair: {line}")
     for problem in report.final.problems:
@@ -198,7 +211,9 @@ def _guarded(command: str, func: Callable[[argparse.Namespace], int]) -> Callabl
 # ------------------------------------------------------------------- parsers
 def _common(parser: argparse.ArgumentParser, settings_loader: SettingsLoader | None) -> None:
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--root", default="./archive", help="store directory (default ./archive)")
+    where.add_argument(
+        "--root", default=DEFAULT_ROOT, help=f"store directory (default {DEFAULT_ROOT})"
+    )
     where.add_argument("--config", help="take the store: section of this collections.yaml")
     parser.set_defaults(settings_loader=settings_loader)
 
@@ -209,10 +224,14 @@ def add_store_commands(
     settings_loader: SettingsLoader | None = None,
 ) -> None:
     """Register ``add``, ``history``, ``check``, ``repair``; each sets ``run(args) -> int``."""
-    add = leaves.add_parser("add", help="import WARC files (copy, verify with warcio, index)")
+    add = leaves.add_parser(
+        "add", help="import WARC/ARC files (verify with warcio, copy, index); beside a gateway too"
+    )
     _common(add, settings_loader)
     add_progress_argument(add)
-    add.add_argument("warcs", nargs="+", metavar="WARC", help=".warc or .warc.gz files")
+    add.add_argument(
+        "warcs", nargs="+", metavar="WARC", help=".warc, .warc.gz, .arc or .arc.gz files"
+    )
     add.set_defaults(run=_guarded("add", _cmd_add))
 
     history = leaves.add_parser("history", help="list the stored versions of a URL")
@@ -243,7 +262,9 @@ def add_store_commands(
     add_progress_argument(check)
     check.set_defaults(run=_guarded("check", _cmd_check))
 
-    repair = leaves.add_parser("repair", help="fix what check finds (stop the gateway first)")
+    repair = leaves.add_parser(
+        "repair", help="fix what check finds (stop every process using the store first)"
+    )
     _common(repair, settings_loader)
     add_progress_argument(repair)
     repair.set_defaults(run=_guarded("repair", _cmd_repair))
