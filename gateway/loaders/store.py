@@ -2,7 +2,10 @@
 
 :class:`StoreRecordLoader` is the gateway's WARC loader
 (:mod:`gateway.loaders.warc`) with one resolver, :class:`StoreResolver`,
-mapping a CDX ``filename`` to the open store's ``warcs/`` directory. It
+mapping a CDX ``filename`` to the places the open store may keep it, in
+order (:meth:`Store.locate <gateway.store.store.Store.locate>`: the place
+its row gives, then the other layouts'; a file moving to a new layout is in
+one of them). The loader tries each in turn. It
 accepts only captures of its ``$store`` member (``source-coll``), so each
 ``$store`` member loads its own captures; :mod:`gateway.sources.store`
 returns it from ``resource_loaders()``.
@@ -16,10 +19,11 @@ from typing import TYPE_CHECKING, Self
 
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
-from gateway.errors import ArchiveFileNotFound
+from gateway.errors import ArchiveFileNotFound, LoadError
 from gateway.loaders.base import LoadContext, LoadedRecord
 from gateway.loaders.resolvers import check_filename
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
+from gateway.store.errors import StoreError
 
 if TYPE_CHECKING:
     # The store (warcio, SQLite, the writer) is imported by the app that opens it.
@@ -45,20 +49,27 @@ class StoreResolverConfig:
 
 
 class StoreResolver:
-    """Resolver: a CDX ``filename`` -> ``<store root>/warcs/<filename>``."""
+    """Resolver: a CDX ``filename`` -> the paths the store may keep it at, in order."""
 
     def __init__(self, store: StoreGetter) -> None:
         self._store = store
 
     async def locate(self, filename: str) -> list[str]:
-        """The one candidate path; raises UnsafeFilename or ArchiveFileNotFound (store closed)."""
+        """The candidate paths (:meth:`Store.locate`), the row's place first.
+
+        Raises UnsafeFilename, ArchiveFileNotFound (the store is not open) or
+        LoadError (its index failed, or the row names an unknown layout).
+        """
         check_filename(filename)
         store = self._store()
         if store is None:
             raise ArchiveFileNotFound(
                 f"{filename}: the snapshot store is not open", {filename: "store not open"}
             )
-        return [str(store.warc_dir / filename)]
+        try:
+            return [str(path) for path in store.locate(filename)]
+        except StoreError as exc:
+            raise LoadError(f"{filename}: {exc.message}", {filename: exc.message}) from exc
 
     def describe(self) -> str:
         store = self._store()

@@ -12,12 +12,19 @@ For each WARC file under ``warcs/`` (see :mod:`gateway.store.verify`):
   imported (rows of older releases have none).
 
 And for the store as a whole: the SQLite index passes ``quick_check``; every
-indexed file exists; no interrupted imports, no ``.open`` files (a writer
-that did not close them) and no stray ``.open`` links. Files under
-``warcs/`` that the index does not know are *orphans*: one the store wrote
-(:func:`~gateway.store.verify.written_by_store`) is ``not_indexed`` and
+indexed file is at the place its row gives (:meth:`Layout.place
+<gateway.store.layout.Layout.place>`); no interrupted imports, no ``.open``
+files (a writer that did not close them) and no stray ``.open`` links. One
+walk of ``warcs/`` (every layout's directories) accounts for what is on
+disk. Files the index does not place where they are are *orphans*: one the
+store wrote, at a layout's place for its name's date
+(:func:`~gateway.store.verify.written_by_store`), is ``not_indexed`` and
 ``store repair`` indexes it; any other is a ``foreign_file``, which the store
-never touches (``store add`` imports a copy of it).
+never touches (``store add`` imports a copy of it). What an interrupted
+layout migration leaves is not a problem, only noted: the copy of a move in
+progress (``.<name>.moving``), and a second copy of a file at another
+layout's place with the SHA-256 its row records (``store migrate`` finishes
+both).
 
 On a store nobody else has open, ``check`` holds ``store.lock`` exclusive
 and reads the index without changing a byte of it (an index of an older
@@ -31,7 +38,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -39,7 +46,14 @@ from gateway.progress import progress_bar
 from gateway.store.db import FileRow, IndexDB, StoredRow
 from gateway.store.errors import StoreError
 from gateway.store.indexing import FULL_RECORD_TYPES, is_indexed, timestamp_of
-from gateway.store.layout import IMPORTING_SUFFIX, OPEN_SUFFIX, Layout, StoreLock
+from gateway.store.layout import (
+    IMPORTING_SUFFIX,
+    OPEN_SUFFIX,
+    Layout,
+    StoreLock,
+    date_of_name,
+    is_moving_name,
+)
 from gateway.store.recovery import file_sha256
 from gateway.store.schema import SCHEMA_VERSION, schema_version
 from gateway.store.verify import FileVerdict, RecordInfo, verify_file, written_by_store
@@ -80,16 +94,20 @@ RESHA_KINDS: frozenset[ProblemKind] = frozenset({"sha256"})
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One finding: ``file`` is a name under ``warcs/`` ("" for the store itself;
-    ``incoming/<name>`` for a staged import)."""
+    """One finding: ``file`` is a file's name ("" for the store itself;
+    ``incoming/<name>`` for a staged import); ``where``, when set, is its path
+    relative to the store's root (``warcs/2025/03/01/<name>``)."""
 
     kind: ProblemKind
     file: str
     message: str
     offset: int | None = None
+    where: str | None = None
 
     def __str__(self) -> str:
-        if not self.file:
+        if self.where is not None:
+            where = self.where
+        elif not self.file:
             where = "store"
         elif self.file.startswith("incoming/"):
             where = self.file
@@ -225,47 +243,83 @@ def _verify_problems(name: str, is_open: bool, verdict: FileVerdict) -> list[Pro
     return out
 
 
-def _orphan(layout: Layout, name: str) -> Problem:
-    path = layout.warcs / name
-    if path.is_file() and written_by_store(path):
+def _orphan(layout: Layout, path: Path) -> Problem:
+    """A file under ``warcs/`` that no row of the index places where it is."""
+    where = str(path.relative_to(layout.root))
+    base = path.with_name(path.name.removesuffix(OPEN_SUFFIX))
+    placed = layout.version_at(base, date_of_name(base.name)) is not None
+    if placed and path.is_file() and written_by_store(path):
         return Problem(
             "not_indexed",
-            name,
+            path.name,
             "written by this store but not in its index (`gateway store repair` indexes it)",
+            where=where,
         )
     return Problem(
         "foreign_file",
-        name,
+        path.name,
         "not a file of this store; the store never moves or deletes it (to import it, move it "
         "out of the store and `gateway store add` it)",
+        where=where,
     )
 
 
-def _disk_problems(
-    layout: Layout, files: dict[str, FileRow], on_disk: set[str], report: CheckReport
-) -> None:
-    """Names under ``warcs/`` the index does not account for, and leftovers."""
-    accounted = set()
-    for file in files.values():
-        accounted.add(file.disk_name)
-        if file.open and report.live:
-            accounted.add(file.name)  # a close in progress links the final name first
-        if file.open_link or file.state == "closed":
-            link = file.name + OPEN_SUFFIX
-            if link in on_disk:
-                accounted.add(link)
-                if report.live and file.open_link:
-                    continue
-                report.problems.append(
-                    Problem("leftover_link", link, "stray name of a closed file")
-                )
-    for name in sorted(on_disk - accounted):
-        if name.endswith(IMPORTING_SUFFIX):
+def _account(layout: Layout, file: FileRow, path: Path, report: CheckReport) -> None:
+    """Say whether ``path``, named like the row ``file``, is where the store keeps it."""
+    where = str(path.relative_to(layout.root))
+    if path.name == file.name:
+        if path == layout.place(file) and (not file.open or report.live):
+            return  # an open file gets its final name during a close in progress
+        # Another layout's place: a move copies the file there before the row
+        # changes, and removes the old copy after (gateway.store.migrations).
+        if (
+            not file.open
+            and path in layout.candidates(file)[1:]
+            and file.sha256 is not None
+            and file_sha256(path) == file.sha256
+        ):
+            report.notes.append(
+                f"{where}: a second copy of {file.name} left by an interrupted move "
+                "(`gateway store migrate` removes it)"
+            )
+            return
+    elif path == layout.place(file, open_=True):  # the file's .open name
+        if file.open:
+            return
+        if report.live and file.open_link:
+            return  # kept for a grace period after the close
+        report.problems.append(
+            Problem("leftover_link", path.name, "stray name of a closed file", where=where)
+        )
+        return
+    report.problems.append(_orphan(layout, path))
+
+
+def _disk_problems(layout: Layout, files: dict[str, FileRow], report: CheckReport) -> None:
+    """Files under ``warcs/`` the index does not account for, and leftovers (one walk)."""
+    for path in layout.walk():
+        name = path.name
+        where = str(path.relative_to(layout.root))
+        if is_moving_name(name):
+            report.notes.append(
+                f"{where}: the copy of a move in progress or interrupted "
+                "(`gateway store migrate` finishes or removes it)"
+            )
+            continue
+        file = files.get(name.removesuffix(OPEN_SUFFIX))
+        if file is not None:
+            _account(layout, file, path, report)
+        elif name.endswith(IMPORTING_SUFFIX):
             report.problems.append(
-                Problem("leftover_import", name, "a copy left by an interrupted `store add`")
+                Problem(
+                    "leftover_import",
+                    name,
+                    "a copy left by an interrupted `store add`",
+                    where=where,
+                )
             )
         else:
-            report.problems.append(_orphan(layout, name))
+            report.problems.append(_orphan(layout, path))
     if not report.live and layout.incoming.is_dir():
         for name in sorted(os.listdir(layout.incoming)):
             report.problems.append(
@@ -275,6 +329,18 @@ def _disk_problems(
                     "a copy left by an interrupted `store add` (the next open removes it)",
                 )
             )
+
+
+def _path_now(layout: Layout, db: IndexDB, file: FileRow, *, live: bool) -> Path | None:
+    """The file's place, read again when another process may have moved it since."""
+    path = layout.place(file, open_=file.open)
+    if path.is_file() or not live:
+        return path if path.is_file() else None
+    fresh = db.file_by_id(file.id)
+    if fresh is None or fresh.fs_version == file.fs_version:
+        return None
+    moved = layout.place(fresh, open_=fresh.open)
+    return moved if moved.is_file() else None
 
 
 def check_files(
@@ -298,9 +364,8 @@ def check_files(
     quick = db.quick_check()
     if quick != "ok":
         report.problems.append(Problem("index_db", "", f"SQLite quick_check: {quick}"))
-    on_disk = set(os.listdir(layout.warcs)) if layout.warcs.is_dir() else set()
     files = {f.name: f for f in db.files()}
-    _disk_problems(layout, files, on_disk, report)
+    _disk_problems(layout, files, report)
     todo: list[tuple[Path, FileRow]] = []
     for file in files.values():
         if file.state == "importing":
@@ -318,14 +383,14 @@ def check_files(
         if file.open and writer_live:
             report.skipped.append(file.disk_name)
             continue
-        path = layout.path_of(file.name, fs_version=file.fs_version, open_=file.open)
-        if not path.is_file():
+        path = _path_now(layout, db, file, live=live)
+        if path is None:
             report.problems.append(
                 Problem(
                     "missing_file",
                     file.name,
-                    f"{db.count_rows(file.id)} index entries "
-                    "point into this file, which does not exist",
+                    f"{db.count_rows(file.id)} index entries point into this file, which "
+                    f"is not at {layout.place(file, open_=file.open).relative_to(layout.root)}",
                 )
             )
             continue
@@ -350,16 +415,17 @@ def check_files(
         except FileNotFoundError:  # closed or moved by another process meanwhile
             report.skipped.append(path.name)
             continue
+        where = str(path.relative_to(layout.root))
         report.verdicts[file.name] = verdict
         report.files += 1
         report.records += len(verdict.records)
-        report.notes.extend(f"warcs/{path.name}: {note}" for note in verdict.notes)
+        report.notes.extend(f"{where}: {note}" for note in verdict.notes)
         problems = _verify_problems(path.name, file.open, verdict)
-        report.problems.extend(problems)
+        found = list(problems)
         if file.state == "closed" and file.sha256 is not None and not problems:
             actual = file_sha256(path, progress=bar.update)
             if actual != file.sha256:
-                report.problems.append(
+                found.append(
                     Problem(
                         "sha256",
                         file.name,
@@ -371,7 +437,8 @@ def check_files(
             bar.update(size)
         rows = db.rows_of_file(file.id)
         report.entries += len(rows)
-        _compare_rows(file, rows, verdict, db, report.problems)
+        _compare_rows(file, rows, verdict, db, found)
+        report.problems.extend(replace(problem, where=where) for problem in found)
     bar.close()
     return report
 

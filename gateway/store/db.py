@@ -18,7 +18,7 @@ The schema and its versions are in :mod:`gateway.store.schema`. Columns::
         sha256: hex digest of the whole file, set when it is closed or
             imported (NULL on rows of older releases until computed);
         fs_version: the layout the file is stored under
-            (:meth:`Layout.path_of <gateway.store.layout.Layout.path_of>`);
+            (:meth:`Layout.place <gateway.store.layout.Layout.place>`);
         date: the file's creation date, 14 digits UTC (from the store's own
             file name, or the first record's WARC-Date for imported files).
     captures(id, urlkey, timestamp, file_id, offset, length, rec_type, url,
@@ -120,6 +120,35 @@ class FileRow:
     def disk_name(self) -> str:
         """The file's current name in its directory (``name.open`` while open)."""
         return self.name + OPEN_SUFFIX if self.open else self.name
+
+
+def _insert_rows(conn: sqlite3.Connection, file_id: int, rows: Iterable[IndexRow]) -> list[int]:
+    """Insert index entries of one file (inside the caller's transaction); their new ids."""
+    ids: list[int] = []
+    for row in rows:
+        cur = conn.execute(
+            "INSERT INTO captures (urlkey, timestamp, file_id, offset, length, rec_type,"
+            " url, mime, status, digest, warc_date, record_id, extra)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                row.urlkey,
+                row.timestamp,
+                file_id,
+                row.offset,
+                row.length,
+                row.rec_type,
+                row.url,
+                row.mime,
+                row.status,
+                row.digest,
+                row.warc_date,
+                row.record_id,
+                extra_to_json(row.extra),
+            ),
+        )
+        assert cur.lastrowid is not None
+        ids.append(cur.lastrowid)
+    return ids
 
 
 def _file(values: _SQL_FILE) -> FileRow:
@@ -290,18 +319,62 @@ class IndexDB:
         *,
         state: FileState,
         origin: Origin,
+        fs_version: int,
         date: str | None = None,
         sha256: str | None = None,
     ) -> FileRow:
-        """Insert a file's row; raises :class:`sqlite3.IntegrityError` when the name is taken."""
+        """Insert a file's row, placed under layout ``fs_version``.
+
+        Raises :class:`sqlite3.IntegrityError` when the name is taken.
+        """
         with self.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO files (name, state, origin, indexed_end, date, sha256)"
-                " VALUES (?, ?, ?, 0, ?, ?)",
-                (name, state, origin, date, sha256),
+                "INSERT INTO files (name, state, origin, indexed_end, date, sha256, fs_version)"
+                " VALUES (?, ?, ?, 0, ?, ?, ?)",
+                (name, state, origin, date, sha256, fs_version),
             )
         assert cur.lastrowid is not None
-        return FileRow(cur.lastrowid, name, state, origin, 0, sha256=sha256, date=date)
+        return FileRow(
+            cur.lastrowid, name, state, origin, 0, sha256=sha256, fs_version=fs_version, date=date
+        )
+
+    def add_closed_file(
+        self,
+        name: str,
+        *,
+        origin: Origin,
+        fs_version: int,
+        date: str,
+        sha256: str,
+        rows: Iterable[IndexRow],
+        indexed_end: int,
+    ) -> FileRow:
+        """Insert a closed file's row and its index entries in one transaction.
+
+        For a file already in place under ``warcs/`` (adopted by ``store
+        migrate``): it becomes known whole or not at all, with no
+        ``importing`` state for recovery to undo. Raises
+        :class:`sqlite3.IntegrityError` when the name is taken.
+        """
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO files (name, state, origin, indexed_end, date, sha256, fs_version)"
+                " VALUES (?, 'closed', ?, ?, ?, ?, ?)",
+                (name, origin, indexed_end, date, sha256, fs_version),
+            )
+            assert cur.lastrowid is not None
+            file_id = cur.lastrowid
+            _insert_rows(conn, file_id, rows)
+        return FileRow(
+            file_id,
+            name,
+            "closed",
+            origin,
+            indexed_end,
+            sha256=sha256,
+            fs_version=fs_version,
+            date=date,
+        )
 
     def close_file(self, file_id: int, *, sha256: str, open_link: bool) -> None:
         """Mark a file ``closed`` with its SHA-256; ``open_link``: its ``.open`` name remains."""
@@ -318,6 +391,84 @@ class IndexDB:
     def set_sha256(self, file_id: int, sha256: str) -> None:
         with self.transaction() as conn:
             conn.execute("UPDATE files SET sha256 = ? WHERE id = ?", (sha256, file_id))
+
+    def set_date(self, file_id: int, date: str) -> None:
+        """Record the creation date of a file whose row has none (never changes a set one)."""
+        with self.transaction() as conn:
+            conn.execute("UPDATE files SET date = ? WHERE id = ? AND date IS NULL", (date, file_id))
+
+    def set_fs_version(self, file_id: int, fs_version: int, *, expected: int) -> bool:
+        """Record that a closed file now lives under layout ``fs_version`` (compare-and-swap).
+
+        True when the row was at ``expected`` and is changed; False when it
+        is gone or another process changed it first.
+        """
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE files SET fs_version = ? WHERE id = ? AND fs_version = ?"
+                " AND state = 'closed'",
+                (fs_version, file_id, expected),
+            )
+        return cur.rowcount == 1
+
+    def merge_file(self, duplicate: FileRow, kept: FileRow) -> int | None:
+        """Point the index entries of ``duplicate`` at ``kept`` (the same bytes), forget it.
+
+        In one transaction: entries of ``duplicate`` at offsets ``kept`` has
+        no entry for move to ``kept`` (same offsets: same bytes); the others
+        are dropped (``kept`` has them); the row of ``duplicate`` is deleted.
+        Only while both rows are closed with the SHA-256 both were read with,
+        and ``duplicate`` is still under the layout it was read with (its
+        bytes are removed from that place after the commit); returns the
+        number of entries moved, or None when a row changed first (nothing
+        is written then).
+        """
+        with self.transaction() as conn:
+            (both,) = conn.execute(
+                "SELECT COUNT(*) FROM files WHERE ((id = ? AND fs_version = ?) OR id = ?)"
+                " AND state = 'closed' AND sha256 = ?",
+                (duplicate.id, duplicate.fs_version, kept.id, kept.sha256),
+            ).fetchone()
+            if both != 2 or duplicate.sha256 != kept.sha256:
+                return None
+            cur = conn.execute(
+                "UPDATE captures SET file_id = ? WHERE file_id = ? AND offset NOT IN"
+                " (SELECT offset FROM captures WHERE file_id = ?)",
+                (kept.id, duplicate.id, kept.id),
+            )
+            moved = cur.rowcount
+            conn.execute("DELETE FROM captures WHERE file_id = ?", (duplicate.id,))
+            conn.execute("DELETE FROM files WHERE id = ?", (duplicate.id,))
+        return int(moved)
+
+    def files_to_move(self, *, below_id: int | None, fs_version: int, limit: int) -> list[FileRow]:
+        """Closed files the store owns under a layout older than ``fs_version``, newest first.
+
+        Ordered by id descending (the order the store got them), starting at
+        ``below_id`` inclusive (None: the newest); at most ``limit`` rows. A
+        walk of the primary key: rows already moved are skipped as it goes.
+        """
+        where = "state = 'closed' AND origin IN ('written', 'imported') AND fs_version < ?"
+        params: tuple[object, ...] = (fs_version,)
+        if below_id is not None:
+            where += " AND id <= ?"
+            params += (below_id,)
+        sql = f"SELECT {_FILE_COLUMNS} FROM files WHERE {where} ORDER BY id DESC LIMIT ?"
+        return [_file(r) for r in self.conn.execute(sql, (*params, limit)).fetchall()]
+
+    def count_files(self) -> int:
+        """How many files the index knows (O(files))."""
+        (count,) = self.conn.execute("SELECT COUNT(*) FROM files").fetchone()
+        return int(count)
+
+    def count_files_to_move(self, fs_version: int) -> int:
+        """How many rows :meth:`files_to_move` would list in all (O(files))."""
+        (count,) = self.conn.execute(
+            "SELECT COUNT(*) FROM files WHERE state = 'closed'"
+            " AND origin IN ('written', 'imported') AND fs_version < ?",
+            (fs_version,),
+        ).fetchone()
+        return int(count)
 
     def remove_file(self, file_id: int) -> int:
         """Forget a file and every row pointing into it; return the rows dropped."""
@@ -341,31 +492,8 @@ class IndexDB:
         with that digest (an import becomes visible whole or not at all).
         Returns the new row ids (acknowledgement order).
         """
-        ids: list[int] = []
         with self.transaction() as conn:
-            for row in rows:
-                cur = conn.execute(
-                    "INSERT INTO captures (urlkey, timestamp, file_id, offset, length, rec_type,"
-                    " url, mime, status, digest, warc_date, record_id, extra)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        row.urlkey,
-                        row.timestamp,
-                        file_id,
-                        row.offset,
-                        row.length,
-                        row.rec_type,
-                        row.url,
-                        row.mime,
-                        row.status,
-                        row.digest,
-                        row.warc_date,
-                        row.record_id,
-                        extra_to_json(row.extra),
-                    ),
-                )
-                assert cur.lastrowid is not None
-                ids.append(cur.lastrowid)
+            ids = _insert_rows(conn, file_id, rows)
             conn.execute("UPDATE files SET indexed_end = ? WHERE id = ?", (indexed_end, file_id))
             if closed_sha256 is not None:
                 conn.execute(
@@ -461,6 +589,14 @@ class ReaderPool:
         for conn in self._all:
             conn.close()
         self._all.clear()
+
+    def file_by_name(self, name: str) -> FileRow | None:
+        """The row of the file ``name`` (one lookup in the unique index on names)."""
+        with self.connection() as conn:
+            found = conn.execute(
+                f"SELECT {_FILE_COLUMNS} FROM files WHERE name = ?", (name,)
+            ).fetchone()
+        return _file(found) if found else None
 
     def range_page(
         self,

@@ -15,9 +15,10 @@ Three steps, separate so that background work can run them apart:
    take the lock of ``incoming/<name>``, commit the file's row
    (``importing``), copy the source into ``incoming/<name>``, fsync, and
    check the copy's SHA-256 against the verified one.
-3. :func:`publish`: link the copy into ``warcs/<name>`` (never over an
-   existing file), index every record and mark the file ``closed`` in one
-   transaction, then remove the staged name and release the lock.
+3. :func:`publish`: link the copy into its place under ``warcs/`` in the
+   current layout (never over an existing file), index every record and
+   mark the file ``closed`` in one transaction, then remove the staged
+   name and release the lock.
 
 :func:`abort` undoes 2. A crash anywhere leaves a row in state
 ``importing`` and a free lock: recovery
@@ -40,7 +41,7 @@ from warcio.timeutils import iso_date_to_timestamp
 
 from gateway.store.db import FileRow, IndexDB
 from gateway.store.errors import ImportRejected
-from gateway.store.layout import Layout, fsync_dir, is_archive_name
+from gateway.store.layout import Layout, fsync_dir, is_archive_name, utc_timestamp
 from gateway.store.recovery import (
     RecoveryReport,
     file_sha256,
@@ -76,7 +77,8 @@ _LOCK_RETRY_S: Final = 1.0
 class VerifiedSource:
     """A file :func:`verify_source` accepted.
 
-    ``date``: its first record's date (14 digits; None if it has none);
+    ``date``: its first record's date (14 digits; None if it has none: the
+    row then takes the time of the import, which places it in layout 2);
     ``notes``: what is odd but kept, for the user.
     """
 
@@ -101,7 +103,7 @@ class StagedImport:
 
 @dataclass(frozen=True, slots=True)
 class ImportResult:
-    """``name`` under ``warcs/``; ``records`` indexed; ``already_present`` when identical.
+    """``name`` in the store; ``records`` indexed; ``already_present`` when identical.
 
     ``already_present`` with another ``name``: the same bytes are in the
     store under that name.
@@ -163,7 +165,7 @@ def _present(layout: Layout, db: IndexDB, source: VerifiedSource) -> ImportResul
     file = db.file_by_name(source.name)
     if file is None or file.state != "closed":
         return None
-    path = layout.path_of(file.name, fs_version=file.fs_version)
+    path = layout.place(file)
     if file.sha256 is None and path.is_file():  # a row of an older release
         sha256 = file_sha256(path)
         db.set_sha256(file.id, sha256)
@@ -216,7 +218,8 @@ def stage(layout: Layout, db: IndexDB, source: VerifiedSource) -> StagedImport |
                 source.name,
                 state="importing",
                 origin="imported",
-                date=source.date,
+                fs_version=layout.current,
+                date=source.date or utc_timestamp(),
                 sha256=source.sha256,
             )
         except sqlite3.IntegrityError as exc:  # a row appeared since: let its owner finish
@@ -265,21 +268,27 @@ def _copy(source: VerifiedSource, fd: int) -> None:
 
 
 def publish(layout: Layout, db: IndexDB, staging: StagedImport) -> ImportResult:
-    """Link the staged copy into ``warcs/``, index it and close it (blocking).
+    """Link the staged copy into its place under ``warcs/``, index it and close it (blocking).
 
     Raises :class:`ImportRejected` (after undoing the import) when a file of
-    that name is in ``warcs/`` but not in the index: the store never
-    replaces a file it did not write.
+    that name is at the place of any layout but not in the index: the store
+    never replaces a file it did not write, nor puts its own beside one a
+    reader could mistake for it.
     """
     name = staging.file.name
-    final = layout.path_of(name, fs_version=staging.file.fs_version)
+    final = layout.place(staging.file)
     try:
+        squatter = next((p for p in layout.candidates(staging.file) if p.exists()), None)
+        if squatter is not None:
+            raise FileExistsError(squatter)
+        layout.make_directory(final.parent)
         os.link(staging.path, final)
     except FileExistsError as exc:
         abort(layout, db, staging)
+        where = squatter or final
         raise ImportRejected(
             str(staging.source.path),
-            [f"{final} exists but is not in the store's index; the store does not touch it"],
+            [f"{where} exists but is not in the store's index; the store does not touch it"],
         ) from exc
     except BaseException:
         abort(layout, db, staging)

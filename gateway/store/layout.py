@@ -7,13 +7,31 @@
       store.lock                 flock: see "Locks" below
       writer.lock                flock: held by the one process writing WARC files
       index.sqlite3              the capture and file index (WAL mode; -wal, -shm)
-      warcs/                     the store's WARC files (layout 1, ``fs_version`` 1);
-                                 CDX ``filename`` values are names in it
-        gateway-20250301120000-00001.warc.gz        closed
-        gateway-20250301130000-00002.warc.gz.open   being written
-        example.warc.gz                             imported by `store add`
+      warcs/                     the store's WARC files, in the layout of each row's
+                                 ``fs_version``; CDX ``filename`` values are their names
+        2025/03/01/              layout 2 (the current one): by creation date, UTC
+          gateway-20250301120000-00001.warc.gz        closed
+          gateway-20250301130000-00002.warc.gz.open   being written
+          .gateway-20250301110000-00009.warc.gz.moving  a move in progress (see below)
+        2014/01/26/example.warc.gz                    imported by `store add`
+        gateway-20240506070809-00001.warc.gz          layout 1 (flat), not moved yet
       incoming/                  `store add` copies files here first (one per import)
-      invalid/YYYYMMDD/          store-written files `store repair` could not read
+      invalid/YYYYMMDD/          store-written files `store repair` or `store migrate`
+                                 could not read
+
+**Layouts.** Where a file lives is derived from its row alone (name,
+``date``, ``fs_version``) by :meth:`Layout.place`, the one function that
+says it. :data:`LAYOUTS` lists the layout of each version, from 1: layout 1
+is flat ``warcs/<name>`` (every release up to af8b42d); layout 2 is
+``warcs/YYYY/MM/DD/<name>`` by the file's creation date (the date in the
+names the writer gives, or the first record's ``WARC-Date`` of an imported
+file), so that no directory grows past one day of captures. The store writes
+new files in the newest layout (:data:`FS_VERSION`) and moves the others to
+it lazily (:mod:`gateway.store.migrations`); while a file moves, readers find
+it in either place (:meth:`Layout.candidates`). A move copies the file to
+``.<name>.moving`` in the new directory, under an ``flock`` of that name, and
+links it to its name there once its SHA-256 matches the row. CDX
+``filename`` values name the file, not its directory, so they never change.
 
 Names the writer gives its files: ``{prefix}-{YYYYMMDDhhmmss}-{serial:05d}.warc.gz``
 (UTC creation time; serial one above the newest file the writer created),
@@ -60,9 +78,10 @@ import errno
 import fcntl
 import os
 import re
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from gateway.store.errors import StoreError, StoreLocked
 
@@ -70,14 +89,23 @@ __all__ = [
     "DEFAULT_ROOT",
     "FS_VERSION",
     "IMPORTING_SUFFIX",
+    "LAYOUTS",
+    "MOVING_SUFFIX",
     "OPEN_SUFFIX",
     "WARC_EXTENSIONS",
+    "Directory",
     "Layout",
+    "Placed",
     "StoreLock",
+    "by_day",
     "date_of_name",
+    "flat",
     "fsync_dir",
     "is_archive_name",
+    "is_moving_name",
     "layout_for",
+    "moving_name",
+    "utc_timestamp",
 ]
 
 #: The store's default root: a directory of its own beside the default
@@ -86,10 +114,9 @@ DEFAULT_ROOT: Final = "./archive/store"
 #: The root an older release used by default (``store.root`` unset).
 LEGACY_DEFAULT_ROOT: Final = "./archive"
 
-#: The layout version the store writes: 1, every file in ``warcs/``.
-FS_VERSION: Final = 1
-
 OPEN_SUFFIX: Final = ".open"
+#: The suffix of a move's copy in progress: ``.<name>.moving`` (hidden).
+MOVING_SUFFIX: Final = ".moving"
 #: Temporary names of imports in ``warcs/`` by older releases.
 IMPORTING_SUFFIX: Final = ".importing"
 #: What ``store add`` accepts, and what the gateway serves: WARC (0.17 to
@@ -97,6 +124,81 @@ IMPORTING_SUFFIX: Final = ".importing"
 WARC_EXTENSIONS: Final = (".warc.gz", ".warc", ".arc.gz", ".arc")
 #: A name the writer gave, or ``store repair``'s salvaged copy of one.
 _WRITTEN = re.compile(r"-(\d{14})-(\d{5,})(?:-salvaged\d*)?\.warc\.gz$")
+
+
+_DATE: Final = re.compile(r"\d{14}")
+
+#: The directory of one layout version: ``directory(warcs, date)`` for a file
+#: created at ``date`` (14 digits, UTC; None when the row has none yet).
+#: Raises :class:`StoreError` when the layout needs a date it is not given.
+Directory = Callable[[Path, str | None], Path]
+
+
+def flat(warcs: Path, date: str | None) -> Path:
+    """Layout 1: every file directly in ``warcs/`` (the releases up to af8b42d).
+
+    >>> flat(Path("warcs"), None)
+    PosixPath('warcs')
+    """
+    return warcs
+
+
+def by_day(warcs: Path, date: str | None) -> Path:
+    """Layout 2: ``warcs/YYYY/MM/DD/`` by the file's creation date (UTC).
+
+    >>> by_day(Path("warcs"), "20250301120000")
+    PosixPath('warcs/2025/03/01')
+    """
+    if date is None or not _DATE.fullmatch(date):
+        raise StoreError(
+            f"layout 2 places a file by its 14-digit creation date; got {date!r} "
+            "(`gateway store migrate` records the missing dates first)"
+        )
+    return warcs / date[:4] / date[4:6] / date[6:8]
+
+
+#: The layout of each version, from 1 (``LAYOUTS[n - 1]`` is version ``n``).
+#: Adding a version: append its directory function here and its step to
+#: :data:`gateway.store.migrations.STEPS`; the new version is the one the
+#: store writes from then on, and files move to it lazily.
+LAYOUTS: Final[tuple[Directory, ...]] = (flat, by_day)
+
+#: The layout version this release writes: the newest in :data:`LAYOUTS`.
+FS_VERSION: Final = len(LAYOUTS)
+
+
+class Placed(Protocol):
+    """What a file's place is derived from: the columns of its row."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def fs_version(self) -> int: ...
+    @property
+    def date(self) -> str | None: ...
+
+
+def moving_name(name: str) -> str:
+    """The hidden name a move copies ``name`` to before linking it.
+
+    >>> moving_name("a.warc.gz")
+    '.a.warc.gz.moving'
+    """
+    return f".{name}{MOVING_SUFFIX}"
+
+
+def is_moving_name(name: str) -> bool:
+    """True for a move's copy in progress (:func:`moving_name`).
+
+    >>> is_moving_name(".a.warc.gz.moving"), is_moving_name("a.warc.gz")
+    (True, False)
+    """
+    return name.startswith(".") and name.endswith(MOVING_SUFFIX) and len(name) > 8
+
+
+def utc_timestamp(when: datetime | None = None) -> str:
+    """``when`` (default now) as 14 digits, UTC: the form of a row's ``date``."""
+    return (when or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%d%H%M%S")
 
 
 def is_archive_name(name: str) -> bool:
@@ -158,10 +260,16 @@ def layout_for(root: str) -> Layout:
 
 
 class Layout:
-    """Paths of one store; creates nothing until :meth:`create` is called."""
+    """Paths of one store; creates nothing until :meth:`create` is called.
 
-    def __init__(self, root: Path) -> None:
+    ``layouts``: the directory function of each layout version (default
+    :data:`LAYOUTS`, read when the object is made); :attr:`current` is the
+    newest, the one new files are written in.
+    """
+
+    def __init__(self, root: Path, layouts: Sequence[Directory] | None = None) -> None:
         self.root = root
+        self.layouts: tuple[Directory, ...] = tuple(LAYOUTS if layouts is None else layouts)
         self.warcs = root / "warcs"
         self.incoming = root / "incoming"
         self.invalid = root / "invalid"
@@ -178,25 +286,113 @@ class Layout:
         """True when ``root`` holds a store (its ``warcs/`` directory exists)."""
         return self.warcs.is_dir()
 
-    def directory_of(self, fs_version: int) -> Path:
-        """The directory a file stored under layout ``fs_version`` lives in.
+    @property
+    def current(self) -> int:
+        """The layout version new files are written in (the newest one)."""
+        return len(self.layouts)
+
+    def directory_of(self, fs_version: int, date: str | None = None) -> Path:
+        """The directory of a file created at ``date`` under layout ``fs_version``.
 
         Raises :class:`StoreError` for a layout this release does not know
-        (a row written by a newer release).
+        (a row written by a newer release), or a date the layout needs and
+        does not get.
         """
-        if fs_version == 1:
-            return self.warcs
-        raise StoreError(
-            f"layout version {fs_version} is unknown to this release (it knows 1): "
-            "the store was written by a newer gateway; upgrade this one"
-        )
+        if not 1 <= fs_version <= len(self.layouts):
+            raise StoreError(
+                f"layout version {fs_version} is unknown to this release (it knows 1 to "
+                f"{len(self.layouts)}): the store was written by a newer gateway; upgrade this one"
+            )
+        return self.layouts[fs_version - 1](self.warcs, date)
 
-    def path_of(self, name: str, *, fs_version: int = FS_VERSION, open_: bool = False) -> Path:
-        """Where the file ``name`` lives: derived from its row alone, never looked up.
+    def path_of(self, name: str, *, fs_version: int, date: str | None, open_: bool = False) -> Path:
+        """The path of ``name`` created at ``date`` under layout ``fs_version``.
 
-        ``open_``: the file is being written (``name.open``).
+        ``open_``: the file is being written (``name.open``). Raises as
+        :meth:`directory_of`.
         """
-        return self.directory_of(fs_version) / (name + OPEN_SUFFIX if open_ else name)
+        return self.directory_of(fs_version, date) / (name + OPEN_SUFFIX if open_ else name)
+
+    def place(self, file: Placed, *, open_: bool = False) -> Path:
+        """Where ``file`` lives: derived from its row alone (name, date, ``fs_version``).
+
+        The one function that says where a file is; nothing is looked up on
+        disk. Raises as :meth:`directory_of`.
+        """
+        return self.path_of(file.name, fs_version=file.fs_version, date=file.date, open_=open_)
+
+    def candidates(self, file: Placed, *, open_: bool = False) -> list[Path]:
+        """Where to look for ``file``, in order: its row's place, then every other layout's.
+
+        The other layouts come newest first, each once; those needing a date
+        the row lacks are left out. While a file moves it is in one of the
+        first two (the row changes between the copy and the removal of the
+        old one), so a reader that tries them in order finds it. Callers may
+        append other places (replicas) after these.
+        """
+        out = [self.place(file, open_=open_)]
+        for version in range(len(self.layouts), 0, -1):
+            if version == file.fs_version:
+                continue
+            try:
+                path = self.path_of(file.name, fs_version=version, date=file.date, open_=open_)
+            except StoreError:
+                continue
+            if path not in out:
+                out.append(path)
+        return out
+
+    def version_at(self, path: Path, date: str | None) -> int | None:
+        """The newest layout version that puts a file of ``date`` at ``path``, else None."""
+        for version in range(len(self.layouts), 0, -1):
+            try:
+                if self.directory_of(version, date) == path.parent:
+                    return version
+            except StoreError:
+                continue
+        return None
+
+    def make_directory(self, directory: Path) -> None:
+        """Create ``directory`` under ``warcs/`` and its missing parents, durably.
+
+        Each directory created is made durable by an fsync of its parent, so
+        a file linked into it survives a crash with the path that names it.
+        """
+        missing: list[Path] = []
+        current = directory
+        while not current.is_dir():
+            missing.append(current)
+            current = current.parent
+        for path in reversed(missing):
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue  # another process made it meanwhile
+            fsync_dir(path.parent)
+
+    def walk(self) -> Iterator[Path]:
+        """Every entry under ``warcs/`` that is not a directory, as it is read from disk.
+
+        Streams (``os.scandir``, depth first, in the directories' own order):
+        memory holds one directory iterator per level, never the listing.
+        Symbolic links are yielded, not followed.
+        """
+        if not self.warcs.is_dir():
+            return
+        stack = [os.scandir(self.warcs)]
+        try:
+            while stack:
+                entry = next(stack[-1], None)
+                if entry is None:
+                    stack.pop().close()
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(os.scandir(entry.path))
+                else:
+                    yield Path(entry.path)
+        finally:
+            for iterator in stack:
+                iterator.close()
 
     def staging_path(self, name: str) -> Path:
         """Where ``store add`` copies ``name`` before it joins ``warcs/``."""

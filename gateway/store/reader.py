@@ -20,7 +20,7 @@ from typing import Final
 
 from gateway.cdxj import CdxRecord
 from gateway.query import CaptureQuery, pad_timestamp
-from gateway.store.db import ReaderPool, StoredRow
+from gateway.store.db import FileRow, ReaderPool, StoredRow
 from gateway.store.errors import StoreError
 
 __all__ = ["StoreReader"]
@@ -40,6 +40,18 @@ class StoreReader:
 
     def close(self) -> None:
         self._pool.close()
+
+    def file_row(self, name: str) -> FileRow | None:
+        """The row of the file ``name``, read at once (not in a worker thread).
+
+        One lookup in the unique index on names, on a WAL reader that never
+        waits for writers: cheaper than the hop to a thread it would take.
+        Raises :class:`StoreError` on index failure.
+        """
+        try:
+            return self._pool.file_by_name(name)
+        except sqlite3.Error as exc:
+            raise StoreError(f"store index lookup failed for the file {name}: {exc}") from exc
 
     async def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
         """Yield captures in ``[query.key, query.end_key)`` sorted by (urlkey, timestamp).

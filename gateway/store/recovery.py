@@ -216,7 +216,7 @@ def finish_or_undo_import(
 
     The caller holds the import's lock (``fd``, on ``staged``) and closes it.
     """
-    final = layout.path_of(file.name, fs_version=file.fs_version)
+    final = layout.place(file)
     try:
         joined = os.path.samestat(os.fstat(fd), os.stat(final))
     except FileNotFoundError:
@@ -247,8 +247,8 @@ def recover_open_files(layout: Layout, db: IndexDB, report: RecoveryReport) -> N
 
 def close_open_file(layout: Layout, db: IndexDB, file: FileRow, report: RecoveryReport) -> None:
     """Close one file in state ``open`` whose writer is gone (see the module docstring)."""
-    open_path = layout.path_of(file.name, fs_version=file.fs_version, open_=True)
-    final = layout.path_of(file.name, fs_version=file.fs_version)
+    open_path = layout.place(file, open_=True)
+    final = layout.place(file)
     if not open_path.exists():
         if final.exists() and file.owned:
             # An older release closed by renaming: the file has its final name already.

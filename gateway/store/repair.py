@@ -8,8 +8,9 @@ other process using the store must be stopped):
 2. what recovery at open no longer looks at, since it never lists
    ``warcs/``: leftovers of older releases (``*.importing`` copies, ``.open``
    names of closed files) are removed, and orphan files the store wrote
-   (:func:`~gateway.store.verify.written_by_store`) are indexed, a ``.open``
-   one closed; a store-written orphan with no whole record moves to
+   (:func:`~gateway.store.verify.written_by_store`) at a layout's place for
+   their name's date are indexed where they are, a ``.open`` one closed; a
+   store-written orphan with no whole record moves to
    ``invalid/YYYYMMDD/``. Foreign files are left where they are;
 3. a check (:func:`~gateway.store.check.check_files`);
 4. files the store owns with damaged records or failing digests are
@@ -66,7 +67,7 @@ from gateway.store.recovery import (
     recover_imports,
     recover_open_files,
 )
-from gateway.store.verify import FileVerdict, record_problem, written_by_store
+from gateway.store.verify import FileVerdict, file_date, record_problem, written_by_store
 from gateway.store.warcfile import remove_open_link
 
 __all__ = ["RepairReport", "repair_store"]
@@ -83,13 +84,16 @@ class RepairReport:
     final: CheckReport = field(default_factory=CheckReport)
 
 
-def _salvage_name(layout: Layout, name: str) -> str:
+def _salvage_name(layout: Layout, db: IndexDB, name: str, date: str) -> str:
+    """A name for the salvaged copy that neither the index nor any layout's place holds."""
     ext = next(e for e in (".warc.gz", ".warc", ".arc.gz", ".arc") if name.endswith(e))
     stem = name.removesuffix(ext)
     counter = 1
     while True:
         candidate = f"{stem}-salvaged{counter if counter > 1 else ''}{ext}"
-        if not (layout.warcs / candidate).exists():
+        placed = FileRow(0, candidate, "closed", "written", 0, fs_version=layout.current, date=date)
+        taken = db.file_by_name(candidate) is not None
+        if not taken and not any(p.exists() for p in layout.candidates(placed)):
             return candidate
         counter += 1
 
@@ -160,16 +164,19 @@ def _describe_drops(db: IndexDB, file: FileRow | None, dropped: list[_Dropped]) 
 
 def _salvage(layout: Layout, db: IndexDB, name: str, verdict: FileVerdict) -> str:
     """Copy the good records of ``name`` into a new file, index it, retire the original."""
-    source = layout.warcs / name
     original = db.file_by_name(name)
-    if original is not None and not original.owned:
+    if original is None:
+        return f"{name}: not in the index, left to recovery"
+    if not original.owned:
         return (
             f"not salvaged {name}: the store did not write it (origin {original.origin}); "
             "it is left as it is"
         )
+    source = layout.place(original)
+    date = original.date or file_date(source)
     keep, dropped = _plan_salvage(source, verdict)
     what = _describe_drops(db, original, dropped)
-    new_name = _salvage_name(layout, name)
+    new_name = _salvage_name(layout, db, name, date)
     staged = layout.incoming / new_name
     layout.incoming.mkdir(exist_ok=True)
     kept_bytes = 0
@@ -180,18 +187,19 @@ def _salvage(layout: Layout, db: IndexDB, name: str, verdict: FileVerdict) -> st
             kept_bytes += end - start
         dst.flush()
         os.fsync(dst.fileno())
-    if original is not None:
-        db.remove_file(original.id)
+    db.remove_file(original.id)
     if keep:
-        final = layout.warcs / new_name
         file = db.add_file(
             new_name,
             state="importing",
-            origin=original.origin if original else "written",
-            date=original.date if original else None,
+            origin=original.origin,
+            fs_version=layout.current,
+            date=date,
         )
+        final = layout.place(file)
+        layout.make_directory(final.parent)
         os.link(staged, final)
-        fsync_dir(layout.warcs)
+        fsync_dir(final.parent)
         index_tail(db, file, final, truncate=False, closed_sha256=file_sha256(final))
     staged.unlink()
     moved = layout.move_to_invalid(source)
@@ -209,7 +217,7 @@ def _reindex(layout: Layout, db: IndexDB, name: str) -> str:
     db.reset_file(file.id)
     refreshed = db.file_by_id(file.id)
     assert refreshed is not None
-    path = layout.path_of(refreshed.name, fs_version=refreshed.fs_version)
+    path = layout.place(refreshed)
     count, problem = index_tail(db, refreshed, path, truncate=False)
     return f"re-indexed {name}: {count} entries" + (f" ({problem})" if problem else "")
 
@@ -218,7 +226,7 @@ def _record_sha256(layout: Layout, db: IndexDB, name: str) -> str:
     file = db.file_by_name(name)
     if file is None:
         return f"{name}: not in the index"
-    sha256 = file_sha256(layout.path_of(name, fs_version=file.fs_version))
+    sha256 = file_sha256(layout.place(file))
     db.set_sha256(file.id, sha256)
     return (
         f"recorded the new SHA-256 of {name}, changed after it was closed "
@@ -227,34 +235,42 @@ def _record_sha256(layout: Layout, db: IndexDB, name: str) -> str:
 
 
 def _leftovers(layout: Layout, db: IndexDB, report: RepairReport) -> None:
-    """Step 2: older releases' leftovers and store-written orphans (lists ``warcs/``)."""
-    names = set(os.listdir(layout.warcs))
-    for name in sorted(names):
-        path = layout.warcs / name
+    """Step 2: older releases' leftovers and store-written orphans (walks ``warcs/``)."""
+    for path in sorted(layout.walk()):
+        name = path.name
         if name.endswith(IMPORTING_SUFFIX) and is_archive_name(name.removesuffix(IMPORTING_SUFFIX)):
             path.unlink()
+            fsync_dir(path.parent)
             report.actions.append(f"removed {name}, a copy left by an interrupted import")
             continue
         base = name.removesuffix(OPEN_SUFFIX)
         row = db.file_by_name(base)
         if name.endswith(OPEN_SUFFIX) and row is not None and row.state == "closed":
-            final = layout.path_of(base, fs_version=row.fs_version)
+            final = layout.place(row)
             if final.exists() and os.path.samefile(path, final):
                 path.unlink()
+                fsync_dir(path.parent)
                 report.actions.append(f"removed {name}, a second name of the closed {base}")
             continue
         if row is not None or not is_archive_name(base) or not written_by_store(path):
             continue
-        _adopt_orphan(layout, db, path, report)
-    fsync_dir(layout.warcs)
+        version = layout.version_at(path.with_name(base), date_of_name(base))
+        if version is not None:  # elsewhere, it is not where the store puts its files
+            _adopt_orphan(layout, db, path, version, report)
 
 
-def _adopt_orphan(layout: Layout, db: IndexDB, path: Path, report: RepairReport) -> None:
+def _adopt_orphan(
+    layout: Layout, db: IndexDB, path: Path, fs_version: int, report: RepairReport
+) -> None:
     """Index a file the store wrote that its index lost (an older release's crash)."""
     name = path.name.removesuffix(OPEN_SUFFIX)
     is_open = path.name.endswith(OPEN_SUFFIX)
     file = db.add_file(
-        name, state="open" if is_open else "importing", origin="written", date=date_of_name(name)
+        name,
+        state="open" if is_open else "importing",
+        origin="written",
+        fs_version=fs_version,  # where it is
+        date=date_of_name(name),
     )
     if is_open:
         close_open_file(layout, db, file, report.recovery)
@@ -295,7 +311,7 @@ def repair_store(layout: Layout, *, progress: bool | None = None) -> RepairRepor
             recover_imports(layout, db, report.recovery)
             recover_open_files(layout, db, report.recovery)
             for file in db.pending_links():
-                remove_open_link(db, file, layout.path_of(file.name, open_=True))
+                remove_open_link(db, file, layout.place(file, open_=True))
             _leftovers(layout, db, report)
             first = check_files(
                 layout, db, progress=progress_bar("store repair: check", enabled=progress)

@@ -22,9 +22,10 @@ their acknowledgement order (WARC-Date carries microseconds), so ascending
 lookups list them oldest first and ``sort=reverse&limit=1`` gives the last
 one acknowledged.
 
-Records' CDX ``filename`` is relative to ``<root>/warcs/``: a collection
-serving ``$store`` loads them with an ordinary WARC loader whose prefix is
-that directory (:attr:`Store.warc_dir`).
+Records' CDX ``filename`` is a file's name, not its path: where the file is
+under ``<root>/warcs/`` depends on the layout its row records
+(:mod:`gateway.store.layout`), and :meth:`Store.locate` lists where to look,
+which is what a ``$store`` member's loader does.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from gateway.store.capture import CaptureAck, CaptureInput, format_warc_date
 from gateway.store.db import IndexDB
 from gateway.store.errors import StoreClosed, StoreError
 from gateway.store.importer import ImportResult, VerifiedSource, publish, stage, verify_source
-from gateway.store.layout import Layout, StoreLock, layout_for
+from gateway.store.layout import OPEN_SUFFIX, Layout, StoreLock, layout_for
 from gateway.store.reader import StoreReader
 from gateway.store.recovery import RecoveryReport, recover_imports, recover_open_files
 from gateway.store.settings import StoreSettings
@@ -192,8 +193,33 @@ class Store:
 
     @property
     def warc_dir(self) -> Path:
-        """The directory CDX ``filename`` values are relative to (the WARC prefix)."""
+        """The directory every layout places the store's WARC files under."""
         return self.layout.warcs
+
+    def locate(self, filename: str) -> list[Path]:
+        """Where the WARC file a CDX ``filename`` names may be, in the order to try.
+
+        The place its row gives first, then every other layout's place
+        (:meth:`Layout.candidates <gateway.store.layout.Layout.candidates>`):
+        a file that moves between a lookup and the load is found in one of
+        them. A ``.open`` name of a file closed since the lookup is also
+        tried under its closed name (the same bytes at the same offsets). A
+        name the index does not know is looked for in ``warcs/`` itself.
+        Reads the file's row at once, without a worker thread. Raises
+        :class:`StoreError` on index failures or for a layout this release
+        does not know.
+        """
+        self._check_open()
+        name = filename.removesuffix(OPEN_SUFFIX)
+        file = self.reader.file_row(name)
+        if file is None:
+            return [self.layout.warcs / filename]
+        if name == filename:
+            return self.layout.candidates(file)
+        places = self.layout.candidates(file, open_=True)
+        if not file.open:
+            places.extend(self.layout.candidates(file))
+        return places
 
     # --------------------------------------------------------------- recording
     async def submit(self, capture: CaptureInput) -> asyncio.Future[CaptureAck]:

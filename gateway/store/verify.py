@@ -13,8 +13,11 @@ indexed, with no record ID (warcio would invent a new one at every read).
 
 from __future__ import annotations
 
+import os
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -22,12 +25,14 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from gateway.store.framing import FramingError, file_format, scan_frames
-from gateway.store.indexing import RangeReader, record_id_of
+from gateway.store.indexing import RangeReader, record_id_of, timestamp_of
+from gateway.store.layout import date_of_name, utc_timestamp
 
 __all__ = [
     "STORE_SOFTWARE",
     "FileVerdict",
     "RecordInfo",
+    "file_date",
     "record_problem",
     "verify_file",
     "written_by_store",
@@ -186,3 +191,28 @@ def written_by_store(path: Path) -> bool:
     except (OSError, ArchiveLoadFailed, ValueError):
         return False
     return False
+
+
+def file_date(path: Path) -> str:
+    """The creation date a file's row carries (14 digits, UTC; blocking).
+
+    The date in a name the writer gives (``gateway-YYYYMMDDhhmmss-N``), else
+    the first record's ``WARC-Date`` (an ARC header's date, as warcio
+    converts it), else the file's modification time: what
+    :func:`~gateway.store.layout.by_day` places it by. Raises OSError when
+    the file cannot be read.
+    """
+    named = date_of_name(path.name)
+    if named is not None:
+        return named
+    with path.open("rb") as fh:
+        try:
+            for record in ArchiveIterator(fh, arc2warc=True):
+                found = timestamp_of(record.rec_headers.get_header("WARC-Date") or "")
+                if found is not None:
+                    return found
+                break
+        except (ArchiveLoadFailed, ValueError, EOFError, zlib.error):
+            pass  # no readable first record: the modification time stands in
+        modified = os.fstat(fh.fileno()).st_mtime
+    return utc_timestamp(datetime.fromtimestamp(modified, UTC))

@@ -7,7 +7,8 @@ the offset before a capture; :meth:`OpenWarc.rollback` truncates back to it
 when anything fails, so a failed write leaves no partial record behind.
 
 Creating (:meth:`OpenWarc.create`): the file's row is committed first
-(state ``open``), then ``<name>.open`` is created exclusively, so a crash in
+(state ``open``, the current layout), then ``<name>.open`` is created
+exclusively in that layout's directory (so closing it never moves it), so a crash in
 between leaves a row for a missing file, which recovery drops, and never a
 file the index does not know. A name taken in the index (an imported file)
 or on disk (a file the store did not write) is skipped for the next serial.
@@ -148,13 +149,20 @@ class OpenWarc:
         for serial in range(first, first + _NAME_ATTEMPTS):
             name = layout.new_warc_name(prefix, serial, now)
             try:
-                file = db.add_file(name, state="open", origin="written", date=date_of_name(name))
+                file = db.add_file(
+                    name,
+                    state="open",
+                    origin="written",
+                    fs_version=layout.current,
+                    date=date_of_name(name),
+                )
             except sqlite3.IntegrityError:
                 continue  # an imported file has this name
-            path = layout.path_of(name, open_=True)
+            path = layout.place(file, open_=True)
             try:
-                if layout.path_of(name).exists():
+                if any(p.exists() for p in layout.candidates(file)):
                     raise FileExistsError(name)
+                layout.make_directory(path.parent)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
             except FileExistsError:
                 logger.warning("store: %s exists but is not in the index; not touching it", path)

@@ -23,6 +23,8 @@ Failure: a capture whose write fails is truncated away and its future gets
 :class:`StoreWriteError`; a failed fsync or index commit truncates the whole
 uncommitted group. The next capture proceeds normally.
 
+Files are created in the current layout, so closing one never moves it.
+
 After each commit the file's SHA-256 is extended over the committed bytes
 (:meth:`OpenWarc.hash_to <gateway.store.warcfile.OpenWarc.hash_to>`), and the
 ``.open`` name a close keeps for :data:`LINK_GRACE_S` is removed through the
@@ -145,6 +147,7 @@ class StoreWriter:
         self._warc: OpenWarc | None = None
         self._links: list[asyncio.TimerHandle] = []
         self._cleanup: set[asyncio.Task[None]] = set()
+
         self.stats = WriteStats()
 
     # ------------------------------------------------------------- async side
@@ -152,7 +155,7 @@ class StoreWriter:
         """Start the writer task; ``pending_links``: closed files whose ``.open`` name remains."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
         for file in pending_links:
-            self._keep_link(file, self.layout.path_of(file.name, open_=True))
+            self._keep_link(file, self.layout.place(file, open_=True))
 
     async def submit(self, capture: CaptureInput, warc_date: str) -> asyncio.Future[CaptureAck]:
         """Queue a capture (waiting while the queue is full); return its ack future."""
@@ -192,6 +195,7 @@ class StoreWriter:
             task.cancel()
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
+
         await asyncio.to_thread(self._close_file)
 
     async def _run(self) -> None:
@@ -273,7 +277,7 @@ class StoreWriter:
             warc, self._warc = self._warc, None
             warc.close(self.db, durable=self.settings.fsync != "never")
         for file in self.db.pending_links():
-            remove_open_link(self.db, file, self.layout.path_of(file.name, open_=True))
+            remove_open_link(self.db, file, self.layout.place(file, open_=True))
 
     def _current(self) -> OpenWarc:
         if self._warc is None:

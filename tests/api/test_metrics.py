@@ -19,6 +19,7 @@ from gateway.keys import METRICS
 from gateway.metrics import register_collector
 from tests import test_recording
 from tests.conftest import free_port
+from tests.store.store_support import warc_files
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[str], Awaitable[Client]]
@@ -175,7 +176,7 @@ async def test_store_captures_by_dedup_decision(
         await asyncio.sleep(0.05)
     assert value(families, "gateway_store_captures_total", policy="revisit", outcome="full") == 1
     assert value(families, "gateway_store_captures_total", policy="revisit", outcome="revisit") == 1
-    written = sum(p.stat().st_size for p in (tmp_path / "warcs").iterdir())
+    written = sum(p.stat().st_size for p in warc_files(tmp_path / "warcs"))
     # Request and response records: the bytes counted are those of the responses and revisits.
     assert 0 < value(families, "gateway_store_bytes_written_total") < written
 

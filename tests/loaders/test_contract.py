@@ -115,6 +115,7 @@ from tests.loaders.contract_support import (
 from tests.loaders.live_web import live_web
 from tests.loaders.replay_archive import GZIPPED, PAYLOAD, replay_archive_app
 from tests.sources.redis_support import delete_prefix, redis_client, unique_prefix
+from tests.store.store_support import warc_files
 
 #: (urlkey, timestamp) of the sample captures loaded: a small response, its
 #: revisit, a record whose archived headers say chunked, a payload of several
@@ -226,7 +227,7 @@ async def build_store(env: LoaderEnv) -> Built:
 
 async def broken_store(env: LoaderEnv) -> Built:
     store, built = await _store_built(env, "broken-store")
-    for path in store.warc_dir.iterdir():
+    for path in warc_files(store.warc_dir):
         path.unlink()  # the index still names them
     return built
 

@@ -25,7 +25,9 @@ __all__ = [
     "make_capture",
     "read_all_records",
     "read_record",
+    "store_path",
     "tree_snapshot",
+    "warc_files",
 ]
 
 
@@ -109,16 +111,28 @@ def read_all_records(path: Path) -> list[WarcRecord]:
     return out
 
 
+def warc_files(warc_dir: Path) -> list[Path]:
+    """Every file under a store's ``warcs/`` (any layout's directory), sorted by name."""
+    return sorted((p for p in warc_dir.rglob("*") if not p.is_dir()), key=lambda p: p.name)
+
+
+def store_path(warc_dir: Path, filename: str) -> Path:
+    """The one file named ``filename`` under ``warcs/``, whatever layout placed it."""
+    [path] = [p for p in warc_files(warc_dir) if p.name == filename]
+    return path
+
+
 def read_record(warc_dir: Path, capture: CdxRecord) -> WarcRecord:
     """The single record a CDX entry points at (``filename``/``offset``/``length``).
 
     Reads exactly ``length`` bytes, as a WARC loader does, and asserts they
-    hold one whole record whose digests pass.
+    hold one whole record whose digests pass. The file is found under
+    ``warc_dir`` whatever layout placed it.
     """
     offset, length = capture.offset, capture.length
     assert offset is not None
     assert length is not None
-    with (warc_dir / capture.filename).open("rb") as fh:
+    with store_path(warc_dir, capture.filename).open("rb") as fh:
         fh.seek(offset)
         data = fh.read(length)
     assert len(data) == length, f"{capture.filename}: short read at {offset}"

@@ -33,7 +33,7 @@ from gateway.indexer import write_cdxj_index
 from gateway.store.check import check_store
 from gateway.store.cli import main as store_cli
 from gateway.store.layout import DEFAULT_ROOT, Layout
-from tests.store.store_support import tree_snapshot
+from tests.store.store_support import store_path, tree_snapshot, warc_files
 
 Client = TestClient[web.Request, web.Application]
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def test_files_the_gateway_serves_are_stored_as_given_and_indexed(
     assert store_cli(["add", "--root", str(root), str(source)]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert f"added as warcs/{source.name}" in out
-    stored = root / "warcs" / source.name
+    stored = store_path(root / "warcs", source.name)
     assert stored.read_bytes() == source.read_bytes()
     assert _stored_rows(root, source.name) == _cdxj(source)
     if relative.endswith("example-space-in-url.arc"):
@@ -191,7 +191,7 @@ def test_the_same_bytes_are_not_imported_twice(
     assert store_cli(["add", "--root", str(root), str(source), str(renamed)]) == 0
     out = capsys.readouterr().out
     assert "renamed.warc.gz: already in the store as warcs/example.warc.gz" in out
-    assert sorted(p.name for p in (root / "warcs").iterdir()) == ["example.warc.gz"]
+    assert sorted(p.name for p in warc_files(root / "warcs")) == ["example.warc.gz"]
 
 
 def test_a_different_file_of_the_same_name_is_refused(
@@ -256,7 +256,7 @@ async def test_store_add_with_the_defaults_leaves_the_users_collection_alone(
     shutil.copy(sample_dir / "warcs" / "post-test.warc.gz", added)
     assert await asyncio.to_thread(gateway_cli, ["store", "add", str(added)]) == 0
     assert "added as warcs/new-crawl.warc.gz" in capsys.readouterr().out
-    assert (tmp_path / DEFAULT_ROOT / "warcs" / "new-crawl.warc.gz").is_file()
+    assert store_path(tmp_path / DEFAULT_ROOT / "warcs", "new-crawl.warc.gz").is_file()
 
     # Serving: the default collection and a recording store over the same ./archive.
     config = load_config("collections.yaml")

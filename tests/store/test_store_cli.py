@@ -24,7 +24,14 @@ from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
 from tests.store.record_driver import record_then_die, settings_for, url_for
-from tests.store.store_support import make_capture, read_all_records, read_record, tree_snapshot
+from tests.store.store_support import (
+    make_capture,
+    read_all_records,
+    read_record,
+    store_path,
+    tree_snapshot,
+    warc_files,
+)
 
 
 def _fill(settings: StoreSettings, count: int = 4) -> list[bytes]:
@@ -86,7 +93,7 @@ def test_add_copies_verifies_and_indexes(
     source = sample_dir / "warcs" / "iana.warc.gz"
     assert store_cli(["add", "--root", settings.root, str(source)]) == 0
     assert "captures indexed" in capsys.readouterr().out
-    copy = Layout(settings.root_path).warcs / "iana.warc.gz"
+    copy = store_path(Layout(settings.root_path).warcs, "iana.warc.gz")
     assert (
         hashlib.sha256(copy.read_bytes()).digest() == hashlib.sha256(source.read_bytes()).digest()
     )
@@ -138,7 +145,7 @@ def test_check_and_repair_a_corrupted_record(
     settings: StoreSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bodies = _fill(settings)
-    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    [warc] = list(warc_files(Layout(settings.root_path).warcs))
     records = read_all_records(warc)
     victim = [r for r in records if r.rec_type == "response"][1]
     [entry] = _served_entries(settings, "http://example.com/1")
@@ -182,7 +189,7 @@ def test_one_repair_drops_a_damaged_record_and_a_bad_digest_after_it(
     import zlib
 
     bodies = _fill(settings)
-    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    [warc] = list(warc_files(Layout(settings.root_path).warcs))
     responses = [r for r in read_all_records(warc) if r.rec_type == "response"]
     first, second = responses[1], responses[3]
     raw = bytearray(warc.read_bytes())
@@ -208,7 +215,7 @@ def test_check_and_repair_a_bad_digest(
     # A record whose bytes are whole but whose digest is wrong: rewrite one
     # response with a different payload of the same length (same framing).
     bodies = _fill(settings)
-    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    [warc] = list(warc_files(Layout(settings.root_path).warcs))
     import gzip
     import zlib
 
@@ -234,7 +241,7 @@ def test_check_and_repair_a_torn_open_file(
     store_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     [name] = set(record_then_die(store_root, 4))
-    torn = Layout(store_root).warcs / name
+    torn = store_path(Layout(store_root).warcs, name)
     last = read_all_records(torn)[-1]
     member = torn.read_bytes()[last.offset : last.offset + last.length]
     with torn.open("ab") as fh:
@@ -257,7 +264,7 @@ def test_check_notices_a_file_that_changed_after_it_was_closed(
     # A whole record added after the last one (a warcinfo: nothing to index):
     # framing and digests still pass, the SHA-256 does not.
     _fill(settings, count=2)
-    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    [warc] = list(warc_files(Layout(settings.root_path).warcs))
     with warc.open("ab") as fh:
         writer = WARCWriter(fh, gzip=True, warc_version="1.1")
         writer.write_record(writer.create_warcinfo_record("added.warc.gz", {"note": "x"}))

@@ -15,7 +15,7 @@ from gateway.store.framing import scan_frames
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
-from tests.store.store_support import make_capture, read_all_records, read_record
+from tests.store.store_support import make_capture, read_all_records, read_record, warc_files
 
 URL = "http://example.com/same"
 BODY = b"<html>" + b"identical content " * 2000 + b"</html>"
@@ -50,7 +50,7 @@ async def test_twenty_concurrent_captures_of_one_url(
     assert outcomes.count("full") == 1
     assert outcomes.count(other) == 19
     full = next(a for a in acks if a.outcome == "full")
-    [warc] = list(store.warc_dir.iterdir())
+    [warc] = list(warc_files(store.warc_dir))
     _assert_pairs_not_interleaved(warc)
     records = read_all_records(warc)
     responses = [r for r in records if r.rec_type == "response"]
@@ -88,7 +88,7 @@ async def test_concurrent_large_captures_from_spooled_files(store_root: Path) ->
             assert ack.outcome == "full"
             assert read_record(store.warc_dir, ack.capture).payload == body
         assert all(c.payload.closed for c in captures if not isinstance(c.payload, bytes))
-    [warc] = list(store.warc_dir.iterdir())
+    [warc] = list(warc_files(store.warc_dir))
     _assert_pairs_not_interleaved(warc)
 
 

@@ -49,7 +49,7 @@ from tests.store.record_driver import (
     url_for,
     write_import,
 )
-from tests.store.store_support import read_record, tree_snapshot
+from tests.store.store_support import read_record, tree_snapshot, warc_files
 
 REPO: Final = Path(__file__).resolve().parents[2]
 ROUNDS: Final = 22
@@ -209,8 +209,8 @@ def test_sigkill_at_random_moments(tmp_path: Path, capsys: pytest.CaptureFixture
     assert kills_mid_import >= 2, f"seed {seed}: only {kills_mid_import} kills landed mid-import"
     assert imported, "no import finished"
     assert any(a["outcome"] == "revisit" for a in acked.values())
-    assert len(list((root / "warcs").iterdir())) > 1, "no rollover happened"
-    size = sum(p.stat().st_size for p in (root / "warcs").iterdir())
+    assert len(list(warc_files(root / "warcs"))) > 1, "no rollover happened"
+    size = sum(p.stat().st_size for p in warc_files(root / "warcs"))
     print(
         f"store crash test: {len(acked)} acknowledged captures, {len(imported)} imports, "
         f"{kills_mid_import} kills mid-import, {size / 1e6:.1f} MB"

@@ -20,7 +20,7 @@ from gateway.store.errors import StoreWriteError
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
-from tests.store.store_support import make_capture, read_all_records, read_record
+from tests.store.store_support import make_capture, read_all_records, read_record, warc_files
 
 PROFILE_1_1 = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 BODY = b"<html><body>the same payload every time</body></html>"
@@ -199,7 +199,7 @@ async def test_skip_writes_nothing_for_identical_payload(store: Store) -> None:
     other = await store.record(make_capture("http://example.com/t", BODY, dedup="skip"))
     assert other.outcome == "revisit"
     await store.close()
-    [warc] = list(store.warc_dir.iterdir())
+    [warc] = list(warc_files(store.warc_dir))
     kinds = [r.rec_type for r in read_all_records(warc)]
     assert kinds == ["warcinfo", "response", "request", "response", "request", "revisit", "request"]
 

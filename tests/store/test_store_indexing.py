@@ -12,7 +12,7 @@ from gateway.store.framing import Frame, FramingError, scan_frames
 from gateway.store.indexing import index_range
 from gateway.store.layout import Layout
 from gateway.store.store import Store
-from tests.store.store_support import make_capture, read_all_records
+from tests.store.store_support import make_capture, read_all_records, warc_files
 
 
 async def test_rows_written_equal_rows_read_back_from_the_warc(store: Store) -> None:
@@ -32,7 +32,7 @@ async def test_rows_written_equal_rows_read_back_from_the_warc(store: Store) -> 
     try:
         [file] = db.files()
         written = [stored.row for stored in db.rows_of_file(file.id)]
-        path = layout.warcs / file.disk_name
+        path = layout.place(file, open_=file.open)
         with path.open("rb") as fh:
             reread = list(index_range(fh, 0, path.stat().st_size))
     finally:
@@ -53,7 +53,7 @@ def _warc_bytes(path: Path) -> bytes:
 async def test_every_cut_of_a_record_is_reported_torn(store: Store) -> None:
     await store.record(make_capture("http://example.com/", b"x" * 3000))
     await store.close()
-    [path] = list(store.warc_dir.iterdir())
+    [path] = list(warc_files(store.warc_dir))
     data = _warc_bytes(path)
     records = read_all_records(path)
     last = records[-1]

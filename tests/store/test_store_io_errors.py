@@ -20,7 +20,7 @@ from gateway.store.errors import StoreWriteError
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
-from tests.store.store_support import make_capture, read_all_records, read_record
+from tests.store.store_support import make_capture, read_all_records, read_record, warc_files
 
 
 class FailOnce:
@@ -38,7 +38,7 @@ class FailOnce:
 
 
 def _warc_size(store: Store) -> int:
-    return sum(p.stat().st_size for p in store.warc_dir.iterdir())
+    return sum(p.stat().st_size for p in warc_files(store.warc_dir))
 
 
 @pytest.mark.parametrize("point", ["write", "fsync", "commit"])
@@ -62,7 +62,7 @@ async def test_failed_write_leaves_store_consistent(store_root: Path, point: str
     finally:
         await store.close()
     assert check_store(Layout(store_root), progress=False).ok
-    [warc] = list((store_root / "warcs").iterdir())
+    [warc] = list(warc_files(store_root / "warcs"))
     kinds = [r.rec_type for r in read_all_records(warc)]
     assert kinds == ["warcinfo", "response", "request", "response", "request"]
 

@@ -32,6 +32,7 @@ from gateway.store.layout import Layout
 from gateway.store.schema import SCHEMA_VERSION, schema_version
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
+from tests.store.store_support import store_path, warc_files
 
 Client = TestClient[web.Request, web.Application]
 FIXTURE: Final = Path(__file__).resolve().parents[1] / "data" / "legacy-store-af8b42d.tar.gz"
@@ -114,7 +115,7 @@ async def test_a_clean_store_of_the_previous_release_serves_unchanged(
 ) -> None:
     manifest = _extract(tmp_path)
     root = tmp_path / "clean"
-    warcs_before = {p.name: p.read_bytes() for p in (root / "warcs").iterdir()}
+    warcs_before = {p.name: p.read_bytes() for p in warc_files(root / "warcs")}
     client = await make_client(f"store: {{root: {root}}}\ncollections:\n  stored: $store\n")
     files = _files(root)
     assert {(name, state, origin) for name, state, origin, *_ in files} == {
@@ -127,7 +128,7 @@ async def test_a_clean_store_of_the_previous_release_serves_unchanged(
         assert date == (name.split("-")[1] if origin == "written" else None)
     await _serves_every_capture(client, manifest["clean"])
     # Nothing of theirs changed, and the migrated store checks clean.
-    assert {p.name: p.read_bytes() for p in (root / "warcs").iterdir()} == warcs_before
+    assert {p.name: p.read_bytes() for p in warc_files(root / "warcs")} == warcs_before
     await client.close()  # the store is closed: check reads it alone
     report = await asyncio.to_thread(check_store, Layout(root), progress=False)
     assert report.ok, report.problems
@@ -194,5 +195,5 @@ def test_the_old_default_root_is_not_replaced_by_an_empty_store(
     # ... and a new store at the new default starts once its directory exists.
     (tmp_path / "archive" / "store").mkdir()
     assert store_cli(["add", str(sample_dir / "warcs" / "example.warc.gz")]) == 0
-    assert (tmp_path / "archive" / "store" / "warcs" / "example.warc.gz").is_file()
+    assert store_path(tmp_path / "archive" / "store" / "warcs", "example.warc.gz").is_file()
     assert store_cli(["check"]) == 0

@@ -27,6 +27,7 @@ from gateway.store.check import check_store
 from gateway.store.layout import Layout
 from tests.conftest import free_port
 from tests.store.record_driver import import_body, import_url, write_import
+from tests.store.store_support import warc_files
 
 REPO: Final = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S: Final = 60.0
@@ -204,5 +205,5 @@ async def test_one_writer_many_readers_and_importers(tmp_path: Path, live_web: s
     assert not list(root.glob("warcs/*.open"))
     assert not list(root.glob("incoming/*"))
     one = batches[0][0].name
-    [stored] = [p for p in (root / "warcs").iterdir() if p.name == one]
+    [stored] = [p for p in warc_files(root / "warcs") if p.name == one]
     assert stored.read_bytes() == batches[0][0].read_bytes()

@@ -26,7 +26,7 @@ import pytest
 from gateway.store.check import check_store
 from gateway.store.cli import main as store_cli
 from gateway.store.errors import StoreLocked
-from gateway.store.layout import Layout
+from gateway.store.layout import FS_VERSION, Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store, StoreMode
 from tests.store.record_driver import body_for, record_then_die, settings_for, url_for
@@ -34,7 +34,9 @@ from tests.store.store_support import (
     make_capture,
     read_all_records,
     read_record,
+    store_path,
     tree_snapshot,
+    warc_files,
 )
 
 NAME = re.compile(r"gateway-\d{14}-\d{5}\.warc\.gz")
@@ -49,14 +51,14 @@ async def _filled(settings: StoreSettings, count: int = 3) -> list[bytes]:
 
 
 def _only_warc(layout: Layout) -> Path:
-    [path] = [p for p in layout.warcs.iterdir()]
+    [path] = [p for p in warc_files(layout.warcs)]
     return path
 
 
 def _crashed(root: Path, count: int) -> Path:
     """A store whose writer died after ``count`` acknowledged captures: its ``.open`` file."""
     [name] = set(record_then_die(root, count))
-    path = Layout(root).warcs / name
+    path = store_path(Layout(root).warcs, name)
     assert path.name.endswith(".open")
     assert path.is_file()
     return path
@@ -88,12 +90,12 @@ def _file_state(root: Path, name: str) -> tuple[str, int]:
 async def test_warc_file_is_open_while_written_and_closed_after(settings: StoreSettings) -> None:
     store = await Store.open(settings)
     ack = await store.record(make_capture("http://example.com/", b"x"))
-    [path] = list(store.warc_dir.iterdir())
+    [path] = list(warc_files(store.warc_dir))
     assert path.name.endswith(".warc.gz.open")
     assert NAME.fullmatch(path.name.removesuffix(".open"))
     assert ack.capture.filename == path.name
     await store.close()
-    [closed] = list(store.warc_dir.iterdir())
+    [closed] = list(warc_files(store.warc_dir))
     assert closed.name == path.name.removesuffix(".open")
     records = read_all_records(closed)
     assert records[0].rec_type == "warcinfo"
@@ -112,7 +114,7 @@ async def test_rollover_starts_numbered_files_and_keeps_old_names_loadable(
         await store.record(make_capture(f"http://example.com/{i}", os.urandom(3000)))
         for i in range(4)
     ]
-    names = sorted(p.name for p in store.warc_dir.iterdir())
+    names = sorted(p.name for p in warc_files(store.warc_dir))
     closed = [n for n in names if not n.endswith(".open")]
     assert len(closed) == 4
     serials = [int(n.split("-")[2][:5]) for n in closed]
@@ -122,7 +124,7 @@ async def test_rollover_starts_numbered_files_and_keeps_old_names_loadable(
     [first] = await store.history("http://example.com/0")
     assert first.filename == closed[0]
     await store.close()
-    assert not [p for p in store.warc_dir.iterdir() if p.name.endswith(".open")]
+    assert not [p for p in warc_files(store.warc_dir) if p.name.endswith(".open")]
     assert check_store(Layout(store_root), progress=False).ok
     # The next writer continues the serials from the index, not from a listing.
     async with await Store.open(settings) as store:
@@ -201,7 +203,7 @@ async def test_an_open_file_left_without_captures_is_deleted(store_root: Path) -
     async with await Store.open(settings_for(str(store_root))) as store:
         assert store.recovery.deleted == [path.name]
         assert store.recovery.dropped_entries == 1
-    assert list(Layout(store_root).warcs.iterdir()) == []
+    assert list(warc_files(Layout(store_root).warcs)) == []
     assert check_store(Layout(store_root), progress=False).ok
 
 
@@ -225,10 +227,10 @@ async def test_a_kept_open_name_is_removed_by_the_next_writer(settings: StoreSet
     db.commit()
     db.close()
     async with await Store.open(settings, mode="shared"):
-        assert len(list(layout.warcs.iterdir())) == 2  # only a writer removes it
+        assert len(list(warc_files(layout.warcs))) == 2  # only a writer removes it
     async with await Store.open(settings):
         pass
-    assert [p.name for p in layout.warcs.iterdir()] == [warc.name]
+    assert [p.name for p in warc_files(layout.warcs)] == [warc.name]
     assert _file_state(settings.root_path, warc.name) == ("closed", 0)
     assert check_store(layout, progress=False).ok
 
@@ -274,7 +276,7 @@ async def test_repair_indexes_files_the_store_wrote(
         for i, body in enumerate(bodies):
             await store.record(make_capture(f"http://example.com/{i}", body))
     layout = Layout(store_root)
-    names = sorted(p.name for p in layout.warcs.iterdir())
+    names = sorted(p.name for p in warc_files(layout.warcs))
     assert len(names) == 3
     db = sqlite3.connect(layout.db_path)
     db.execute(
@@ -292,7 +294,7 @@ async def test_repair_indexes_files_the_store_wrote(
     async with await Store.open(settings) as store:
         [capture] = await store.history("http://example.com/1")
         assert read_record(store.warc_dir, capture).payload == bodies[1]
-    assert sorted(p.name for p in layout.warcs.iterdir()) == names
+    assert sorted(p.name for p in warc_files(layout.warcs)) == names
 
 
 async def test_second_writer_is_refused_and_shared_processes_are_not(store: Store) -> None:
@@ -317,9 +319,9 @@ async def test_files_know_their_sha256_date_layout_and_origin(
     db.close()
     assert len(rows) == 1 + 3 + 1
     for name, origin, sha256, fs_version, date, state in rows:
-        path = Layout(store_root).warcs / name
+        path = store_path(Layout(store_root).warcs, name)
         assert sha256 == hashlib.sha256(path.read_bytes()).hexdigest(), name
-        assert (fs_version, state) == (1, "closed")
+        assert (fs_version, state) == (FS_VERSION, "closed")
         if name == "example.arc.gz":
             assert (origin, date) == ("imported", "20140216050221")  # its first record's date
         else:
