@@ -1,4 +1,4 @@
-"""``gateway store add | history | check | repair``.
+"""``gateway store add | history | check | repair | migrate``.
 
 ::
 
@@ -7,6 +7,8 @@
                           [--at TS | --from TS --to TS | --latest | --all] [--output cdxj|json]
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
     gateway store repair [--root DIR | --config FILE] [--progress | --no-progress]
+    gateway store migrate [--root DIR | --config FILE] [--continuous [--interval S]]
+                          [--resume-from NAME] [--batch-size N] [--progress | --no-progress]
 
 ``--root`` defaults to ``./archive/store``; ``--config`` takes the
 ``store:`` section of a collections.yaml (through ``gateway.config``, the
@@ -15,9 +17,13 @@ rejected, 2 bad usage or the store is in use / missing. ``add``, ``check``
 and ``repair`` draw a progress bar on standard error when it is a terminal
 (:mod:`gateway.progress`).
 
-``check`` never changes anything; ``add`` and ``history`` work beside a
-running gateway (they open the store shared); ``repair`` needs the store to
-itself (stop every process using it first). Also runnable alone:
+``check`` never changes anything; ``add``, ``history`` and ``migrate``
+work beside a running gateway (they open the store shared); ``repair``
+needs the store to itself (stop every process using it first). ``migrate``
+moves files to the current layout and reconciles disk and index
+(:mod:`gateway.store.migrator`); it exits 1 when something was left for
+later or reported, and stops cleanly between two files on SIGINT/SIGTERM,
+saying how to resume. Also runnable alone:
 ``python -m gateway.store.cli check --root DIR``.
 """
 
@@ -194,6 +200,74 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     return 0 if report.final.ok else 1
 
 
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from gateway.progress import progress_bar
+    from gateway.store.db import IndexDB
+    from gateway.store.layout import layout_for
+    from gateway.store.migrator import MigrationReport, open_shared, run_migration
+
+    layout = layout_for(_settings(args).root)
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: object) -> None:
+        stopping.set()
+
+    def once(db: IndexDB, resume: str | None) -> MigrationReport:
+        # The bar counts the index pass's files, then every file on disk.
+        total = db.count_files_to_move(layout.current) + db.count_files()
+        with progress_bar("store migrate", total, unit="file", enabled=args.progress) as bar:
+            report = MigrationReport(say=lambda line: bar.write(line, file=sys.stdout))
+            run_migration(
+                layout,
+                db,
+                report,
+                batch_size=args.batch_size,
+                resume_from=resume,
+                stop=stopping.is_set,
+                on_file=lambda _: bar.update(1),
+            )
+        print(f"store migrate: {report.summary()}")
+        return report
+
+    main = threading.current_thread() is threading.main_thread()  # where signals are handled
+    signals = (signal.SIGINT, signal.SIGTERM) if main else ()
+    previous = {sig: signal.signal(sig, stop) for sig in signals}
+    try:
+        with open_shared(layout) as db:
+            report = once(db, args.resume_from)
+            while args.continuous and not stopping.wait(args.interval):
+                report = once(db, None)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if args.continuous and report.stopped and report.stopped_at is None:
+        report.stopped = False  # stopped between passes, or in a pass that runs again anyway
+    return 0 if report.clean else 1
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return value
+
+
 def _guarded(command: str, func: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -223,7 +297,7 @@ def add_store_commands(
     *,
     settings_loader: SettingsLoader | None = None,
 ) -> None:
-    """Register ``add``, ``history``, ``check``, ``repair``; each sets ``run(args) -> int``."""
+    """Register ``add``, ``history``, ``check``, ``repair``, ``migrate``; each sets ``run``."""
     add = leaves.add_parser(
         "add", help="import WARC/ARC files (verify with warcio, copy, index); beside a gateway too"
     )
@@ -269,6 +343,39 @@ def add_store_commands(
     add_progress_argument(repair)
     repair.set_defaults(run=_guarded("repair", _cmd_repair))
 
+    migrate = leaves.add_parser(
+        "migrate",
+        help="move files to the current layout, import orphans, merge duplicates; "
+        "beside a gateway too",
+    )
+    _common(migrate, settings_loader)
+    add_progress_argument(migrate)
+    migrate.add_argument(
+        "--continuous",
+        action="store_true",
+        help="run again every --interval seconds until SIGINT/SIGTERM",
+    )
+    migrate.add_argument(
+        "--interval",
+        type=_seconds,
+        default=60.0,
+        metavar="S",
+        help="seconds between two runs with --continuous (default 60)",
+    )
+    migrate.add_argument(
+        "--resume-from",
+        metavar="NAME",
+        help="start the index pass at this file (as a stopped run printed it)",
+    )
+    migrate.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=100,
+        metavar="N",
+        help="files read from the index at a time (default 100)",
+    )
+    migrate.set_defaults(run=_guarded("migrate", _cmd_migrate))
+
 
 def add_subcommands(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -280,7 +387,9 @@ def add_subcommands(
     Each leaf sets ``run`` (``args.run(args) -> int``, the exit status), as
     the other ``gateway`` commands do.
     """
-    store = subparsers.add_parser("store", help="the snapshot store: add, history, check, repair")
+    store = subparsers.add_parser(
+        "store", help="the snapshot store: add, history, check, repair, migrate"
+    )
     leaves = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
     add_store_commands(leaves, settings_loader=settings_loader)
 

@@ -53,7 +53,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Literal
 
@@ -120,6 +120,26 @@ class FileRow:
     def disk_name(self) -> str:
         """The file's current name in its directory (``name.open`` while open)."""
         return self.name + OPEN_SUFFIX if self.open else self.name
+
+
+def _insert_file(conn: sqlite3.Connection, file: FileRow) -> FileRow:
+    """Insert ``file``'s row (inside the caller's transaction); it, with its new id."""
+    cur = conn.execute(
+        "INSERT INTO files (name, state, origin, indexed_end, open_link, sha256, fs_version, date)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            file.name,
+            file.state,
+            file.origin,
+            file.indexed_end,
+            int(file.open_link),
+            file.sha256,
+            file.fs_version,
+            file.date,
+        ),
+    )
+    assert cur.lastrowid is not None
+    return replace(file, id=cur.lastrowid)
 
 
 def _insert_rows(conn: sqlite3.Connection, file_id: int, rows: Iterable[IndexRow]) -> list[int]:
@@ -327,16 +347,9 @@ class IndexDB:
 
         Raises :class:`sqlite3.IntegrityError` when the name is taken.
         """
+        file = FileRow(0, name, state, origin, 0, False, sha256, fs_version, date)
         with self.transaction() as conn:
-            cur = conn.execute(
-                "INSERT INTO files (name, state, origin, indexed_end, date, sha256, fs_version)"
-                " VALUES (?, ?, ?, 0, ?, ?, ?)",
-                (name, state, origin, date, sha256, fs_version),
-            )
-        assert cur.lastrowid is not None
-        return FileRow(
-            cur.lastrowid, name, state, origin, 0, sha256=sha256, fs_version=fs_version, date=date
-        )
+            return _insert_file(conn, file)
 
     def add_closed_file(
         self,
@@ -356,25 +369,11 @@ class IndexDB:
         ``importing`` state for recovery to undo. Raises
         :class:`sqlite3.IntegrityError` when the name is taken.
         """
+        file = FileRow(0, name, "closed", origin, indexed_end, False, sha256, fs_version, date)
         with self.transaction() as conn:
-            cur = conn.execute(
-                "INSERT INTO files (name, state, origin, indexed_end, date, sha256, fs_version)"
-                " VALUES (?, 'closed', ?, ?, ?, ?, ?)",
-                (name, origin, indexed_end, date, sha256, fs_version),
-            )
-            assert cur.lastrowid is not None
-            file_id = cur.lastrowid
-            _insert_rows(conn, file_id, rows)
-        return FileRow(
-            file_id,
-            name,
-            "closed",
-            origin,
-            indexed_end,
-            sha256=sha256,
-            fs_version=fs_version,
-            date=date,
-        )
+            file = _insert_file(conn, file)
+            _insert_rows(conn, file.id, rows)
+        return file
 
     def close_file(self, file_id: int, *, sha256: str, open_link: bool) -> None:
         """Mark a file ``closed`` with its SHA-256; ``open_link``: its ``.open`` name remains."""

@@ -7,7 +7,8 @@
         ├── StoreLocked                ... another process holds the store
         ├── StoreClosed                ... used after Store.close()
         ├── StoreWriteError            ... a capture was not stored (I/O error)
-        └── ImportRejected             ... a WARC given to `store add` is invalid
+        ├── ImportRejected             ... a WARC given to `store add` is invalid
+        └── MoveFailed                 ... a file stays in its layout for now
 
 A recording step treats :class:`StoreWriteError` as degraded service: the
 client has its response already, the capture is logged as lost (WARNING).
@@ -17,7 +18,14 @@ from __future__ import annotations
 
 from gateway.errors import GatewayError
 
-__all__ = ["ImportRejected", "StoreClosed", "StoreError", "StoreLocked", "StoreWriteError"]
+__all__ = [
+    "ImportRejected",
+    "MoveFailed",
+    "StoreClosed",
+    "StoreError",
+    "StoreLocked",
+    "StoreWriteError",
+]
 
 
 class StoreError(GatewayError):
@@ -51,3 +59,17 @@ class ImportRejected(StoreError):
         super().__init__(f"{path}: not imported: " + "; ".join(problems[:5]))
         self.path = path
         self.problems = problems
+
+
+class MoveFailed(StoreError):
+    """A file could not be moved to a newer layout; it stays where its row says, whole.
+
+    ``kind`` says why: ``busy`` (another process moves it, or changed its
+    row), ``clash`` (another file has its name at the new place; both are
+    kept), ``damaged`` (its bytes differ from the SHA-256 its row records),
+    ``missing`` (it is at no layout's place).
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind

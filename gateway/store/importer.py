@@ -42,6 +42,7 @@ from warcio.timeutils import iso_date_to_timestamp
 from gateway.store.db import FileRow, IndexDB
 from gateway.store.errors import ImportRejected
 from gateway.store.layout import Layout, fsync_dir, is_archive_name, utc_timestamp
+from gateway.store.migrations import ensure_current
 from gateway.store.recovery import (
     RecoveryReport,
     file_sha256,
@@ -165,12 +166,15 @@ def _present(layout: Layout, db: IndexDB, source: VerifiedSource) -> ImportResul
     file = db.file_by_name(source.name)
     if file is None or file.state != "closed":
         return None
+    if file.sha256 is None:  # a row of an older release: its SHA-256 is about to be written
+        file = ensure_current(layout, db, file)  # which moves it to the current layout first
+    sha256 = file.sha256
     path = layout.place(file)
-    if file.sha256 is None and path.is_file():  # a row of an older release
+    if sha256 is None and path.is_file():  # a file the store did not write
         sha256 = file_sha256(path)
         db.set_sha256(file.id, sha256)
-        if sha256 == source.sha256:
-            return ImportResult(name=file.name, records=0, already_present=True)
+    if sha256 == source.sha256:
+        return ImportResult(name=file.name, records=0, already_present=True)
     raise ImportRejected(
         str(source.path),
         [f"a different file named {source.name} is already in the store; rename it to import it"],

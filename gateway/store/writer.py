@@ -23,7 +23,11 @@ Failure: a capture whose write fails is truncated away and its future gets
 :class:`StoreWriteError`; a failed fsync or index commit truncates the whole
 uncommitted group. The next capture proceeds normally.
 
-Files are created in the current layout, so closing one never moves it.
+Files are created in the current layout, so closing one never moves it; a
+file an older release's writer left open (closed by recovery under its old
+layout) moves to the current one once its close is complete
+(:func:`~gateway.store.migrations.ensure_current`, in a thread of its own,
+awaited by :meth:`StoreWriter.close`).
 
 After each commit the file's SHA-256 is extended over the committed bytes
 (:meth:`OpenWarc.hash_to <gateway.store.warcfile.OpenWarc.hash_to>`), and the
@@ -38,7 +42,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
@@ -47,6 +51,7 @@ from gateway.store.db import FileRow, IndexDB, StoredRow
 from gateway.store.errors import StoreClosed, StoreWriteError
 from gateway.store.indexing import IndexRow
 from gateway.store.layout import Layout
+from gateway.store.migrations import ensure_current, needs_move
 from gateway.store.records import prepare_capture, write_capture
 from gateway.store.settings import DedupPolicy, StoreSettings
 from gateway.store.warcfile import FaultInjector, OpenWarc, remove_open_link
@@ -147,7 +152,8 @@ class StoreWriter:
         self._warc: OpenWarc | None = None
         self._links: list[asyncio.TimerHandle] = []
         self._cleanup: set[asyncio.Task[None]] = set()
-
+        #: Moves of closed files to the current layout (awaited, never cancelled, at close).
+        self._moves: set[asyncio.Task[None]] = set()
         self.stats = WriteStats()
 
     # ------------------------------------------------------------- async side
@@ -195,7 +201,8 @@ class StoreWriter:
             task.cancel()
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
-
+        if self._moves:
+            await asyncio.gather(*self._moves, return_exceptions=True)
         await asyncio.to_thread(self._close_file)
 
     async def _run(self) -> None:
@@ -265,6 +272,25 @@ class StoreWriter:
             await self.call(lambda: remove_open_link(self.db, file, path))
         except (OSError, sqlite3.Error, StoreClosed) as exc:
             logger.warning("store: removing %s failed (%s); retried at the next start", path, exc)
+            return
+        if needs_move(self.layout, replace(file, open_link=False)):
+            # The close is complete: a file of an older layout (one a writer of
+            # an older release left open) moves now, beside the writer's work.
+            task = asyncio.get_running_loop().create_task(asyncio.to_thread(self._move, file))
+            self._moves.add(task)
+            task.add_done_callback(self._moves.discard)
+
+    def _move(self, file: FileRow) -> None:
+        """Bring a closed file to the current layout, on a connection of its own (a thread)."""
+        db = IndexDB(self.layout.db_path, synchronous="FULL")
+        try:
+            fresh = db.file_by_id(file.id)
+            if fresh is not None:
+                ensure_current(self.layout, db, fresh)
+        except (OSError, sqlite3.Error) as exc:
+            logger.warning("store: moving %s to the current layout failed: %s", file.name, exc)
+        finally:
+            db.close()
 
     # ------------------------------------------------------------ thread side
     @property
