@@ -17,8 +17,15 @@ Modules, one concept each:
 - :mod:`~gateway.store.importer`  ``store add``: verify, stage, publish
 - :mod:`~gateway.store.check`     ``store check``
 - :mod:`~gateway.store.repair`    ``store repair``
-- :mod:`~gateway.store.layout`    directory layout, file names, the locks of several processes
-- :mod:`~gateway.store.cli`       ``gateway store add|history|check|repair``
+- :mod:`~gateway.store.layout`    directory layouts (a file's place from its row), file
+  names, the locks of several processes
+- :mod:`~gateway.store.migrations`  the chain of layout steps and the move (copy, verify,
+  commit, remove); on write
+- :mod:`~gateway.store.reconcile`  one file on disk against the index: import, quarantine,
+  merge, finish a killed move
+- :mod:`~gateway.store.migrator`  a run of ``store migrate``: the index pass and the
+  reconcile pass, the counts
+- :mod:`~gateway.store.cli`       ``gateway store add|history|check|repair|migrate``
 
 The on-disk layout, what the store may touch and the lock model are
 described in :mod:`gateway.store.layout`.

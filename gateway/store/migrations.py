@@ -35,8 +35,10 @@ a crash:
 4. link the copy to its name in the new directory (never over another
    file: a different file there is a *name clash*, reported, and both stay
    as they are) and fsync the directory;
-5. commit the new ``fs_version`` (compare-and-swap on the old one), and only
-   then remove the old copy and the temporary name.
+5. commit the new ``fs_version`` (compare-and-swap on the old one, on a
+   connection that syncs each commit), and only then remove the old copy
+   and the temporary name (removals need not be durable: a copy that comes
+   back after a power loss is a second copy the reconcile pass removes).
 
 Until step 5 commits, the old copy is the file: a kill -9 at any moment
 leaves the row's place whole, and readers try the other layout's place too
@@ -301,14 +303,19 @@ def _copy_range(src: int, dst: int, count: int, offset: int) -> int:
 
 
 def _remove(path: Path, fd: int | None = None) -> None:
-    """Unlink ``path`` if it is there (and, with ``fd``, still that file); fsync its directory."""
+    """Unlink ``path`` if it is there (and, with ``fd``, still that file).
+
+    Not made durable (no fsync of the directory): every removal here is of
+    a copy whose row no longer needs it, so one that comes back after a
+    power loss is a second copy, which check notes and the reconcile pass
+    removes again. It saves two fsyncs per move.
+    """
     try:
         if fd is not None and not os.path.samestat(os.stat(path), os.fstat(fd)):
             return
         path.unlink()
     except FileNotFoundError:
         return
-    fsync_dir(path.parent)
 
 
 # ------------------------------------------------------------------- steps

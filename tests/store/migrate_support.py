@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import random
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -34,6 +35,7 @@ __all__ = [
     "payload_of",
     "placed_files",
     "url_of",
+    "written_store",
 ]
 
 #: Every ``BIG_EVERY``-th file of a :func:`flat_store` holds a payload of
@@ -86,6 +88,56 @@ def flat_store(root: Path, count: int) -> None:
 
     with layout_chain(layout_module.LAYOUTS[:1], ()):
         asyncio.run(record())
+
+
+def written_store(
+    root: Path, count: int, *, payload: Callable[[int], bytes] = payload_of, days: int = 7
+) -> None:
+    """A layout-1 store of ``count`` files of one capture each, made quickly.
+
+    Capture ``i`` is :func:`url_of` ``(i)`` with ``payload(i)`` (distinct
+    payloads: no two files alike, or they would be merged).
+
+    Each file is what the store's writer makes (its warcinfo record naming
+    it and this gateway's software, then the capture's response and
+    request), named ``gateway-<date>-<serial>.warc.gz`` with dates spread
+    over ``days`` days, written straight into the flat ``warcs/`` and
+    indexed where it is by :func:`~gateway.store.reconcile.adopt_file`: the
+    state a store of the release before layout 2 is in, without the
+    writer's fsyncs (:func:`flat_store` for the writer itself).
+    """
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    from gateway.store.db import IndexDB
+    from gateway.store.reconcile import adopt_file
+    from gateway.store.warcfile import SOFTWARE
+
+    layout = Layout(root)
+    layout.create()
+    db = IndexDB(layout.db_path, synchronous="OFF")
+    try:
+        for index in range(count):
+            day = 1 + index * days // count
+            date = f"202405{day:02d}{index % 24:02d}0000"
+            path = layout.warcs / f"gateway-{date}-{index + 1:05d}.warc.gz"
+            with path.open("wb") as out:
+                writer = WARCWriter(out, gzip=True, warc_version="1.1")
+                info = writer.create_warcinfo_record(path.name, {"software": SOFTWARE})
+                writer.write_record(info)
+                http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], "HTTP/1.1")
+                body = payload(index)
+                response = writer.create_warc_record(
+                    url_of(index),
+                    "response",
+                    payload=io.BytesIO(body),
+                    length=len(body),
+                    http_headers=http,
+                )
+                writer.write_record(response)
+            assert adopt_file(layout, db, path, owned=True, fs_version=1, date=date) is not None
+    finally:
+        db.close()
 
 
 def placed_files(root: Path) -> tuple[dict[str, int], list[str]]:
