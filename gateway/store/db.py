@@ -70,6 +70,8 @@ __all__ = [
     "Origin",
     "ReaderPool",
     "StoredRow",
+    "connect_reader",
+    "file_by_name",
 ]
 
 Origin = Literal["written", "imported", "found"]
@@ -120,6 +122,20 @@ class FileRow:
     def disk_name(self) -> str:
         """The file's current name in its directory (``name.open`` while open)."""
         return self.name + OPEN_SUFFIX if self.open else self.name
+
+
+_FILE_BY_NAME: Final = f"SELECT {_FILE_COLUMNS} FROM files WHERE name = ?"
+
+
+def file_by_name(conn: sqlite3.Connection, name: str) -> FileRow | None:
+    """The row of the file ``name`` on ``conn`` (one lookup in the unique index on names)."""
+    found = conn.execute(_FILE_BY_NAME, (name,)).fetchone()
+    return _file(found) if found else None
+
+
+def connect_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the index, beside writers (WAL readers never wait)."""
+    return _connect(path, synchronous="NORMAL", access="read")
 
 
 def _insert_file(conn: sqlite3.Connection, file: FileRow) -> FileRow:
@@ -588,14 +604,6 @@ class ReaderPool:
         for conn in self._all:
             conn.close()
         self._all.clear()
-
-    def file_by_name(self, name: str) -> FileRow | None:
-        """The row of the file ``name`` (one lookup in the unique index on names)."""
-        with self.connection() as conn:
-            found = conn.execute(
-                f"SELECT {_FILE_COLUMNS} FROM files WHERE name = ?", (name,)
-            ).fetchone()
-        return _file(found) if found else None
 
     def range_page(
         self,

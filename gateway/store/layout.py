@@ -167,6 +167,10 @@ LAYOUTS: Final[tuple[Directory, ...]] = (flat, by_day)
 FS_VERSION: Final = len(LAYOUTS)
 
 
+#: Directories :meth:`Layout.directory_of` remembers (then it starts afresh).
+_DIRECTORIES_KEPT: Final = 4096
+
+
 class Placed(Protocol):
     """What a file's place is derived from: the columns of its row."""
 
@@ -270,6 +274,8 @@ class Layout:
     def __init__(self, root: Path, layouts: Sequence[Directory] | None = None) -> None:
         self.root = root
         self.layouts: tuple[Directory, ...] = tuple(LAYOUTS if layouts is None else layouts)
+        #: (version, date) -> directory: a reader locates a file at every load.
+        self._directories: dict[tuple[int, str | None], Path] = {}
         self.warcs = root / "warcs"
         self.incoming = root / "incoming"
         self.invalid = root / "invalid"
@@ -298,12 +304,20 @@ class Layout:
         (a row written by a newer release), or a date the layout needs and
         does not get.
         """
+        key = (fs_version, date)
+        found = self._directories.get(key)
+        if found is not None:
+            return found
         if not 1 <= fs_version <= len(self.layouts):
             raise StoreError(
                 f"layout version {fs_version} is unknown to this release (it knows 1 to "
                 f"{len(self.layouts)}): the store was written by a newer gateway; upgrade this one"
             )
-        return self.layouts[fs_version - 1](self.warcs, date)
+        directory = self.layouts[fs_version - 1](self.warcs, date)
+        if len(self._directories) >= _DIRECTORIES_KEPT:
+            self._directories.clear()
+        self._directories[key] = directory
+        return directory
 
     def path_of(self, name: str, *, fs_version: int, date: str | None, open_: bool = False) -> Path:
         """The path of ``name`` created at ``date`` under layout ``fs_version``.

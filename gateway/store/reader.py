@@ -20,7 +20,7 @@ from typing import Final
 
 from gateway.cdxj import CdxRecord
 from gateway.query import CaptureQuery, pad_timestamp
-from gateway.store.db import FileRow, ReaderPool, StoredRow
+from gateway.store.db import FileRow, ReaderPool, StoredRow, connect_reader, file_by_name
 from gateway.store.errors import StoreError
 
 __all__ = ["StoreReader"]
@@ -36,10 +36,16 @@ class StoreReader:
     """Lookups over ``index.sqlite3``; every method raises :class:`StoreError` on index failure."""
 
     def __init__(self, db_path: Path) -> None:
+        self._path = db_path
         self._pool = ReaderPool(db_path)
+        #: The connection of :meth:`file_row`, used on the event loop's thread only.
+        self._files: sqlite3.Connection | None = None
 
     def close(self) -> None:
         self._pool.close()
+        if self._files is not None:
+            self._files.close()
+            self._files = None
 
     def file_row(self, name: str) -> FileRow | None:
         """The row of the file ``name``, read at once (not in a worker thread).
@@ -49,7 +55,9 @@ class StoreReader:
         Raises :class:`StoreError` on index failure.
         """
         try:
-            return self._pool.file_by_name(name)
+            if self._files is None:
+                self._files = connect_reader(self._path)
+            return file_by_name(self._files, name)
         except sqlite3.Error as exc:
             raise StoreError(f"store index lookup failed for the file {name}: {exc}") from exc
 
