@@ -25,6 +25,7 @@ from gateway.aggregate import Collection, IndexGroup, Step
 from gateway.api.common import ERRORS_HEADER, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
 from gateway.api.index import ia_cdx_handler, index_handler
+from gateway.api.jobs import JOBS, jobs_handler
 from gateway.api.memento import (
     memento_handler,
     timegate_handler,
@@ -36,6 +37,7 @@ from gateway.api.status import health_handler, root_handler, status_handler
 from gateway.clients import SharedClients
 from gateway.config import CollectionConfig, GatewayConfig
 from gateway.errors import ConfigError, GatewayError
+from gateway.jobs.service import JobsService
 from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, TIMEMAP_PAGE_SIZE
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.resolvers import RESOLVER_TYPES
@@ -168,20 +170,26 @@ def create_app(
     *,
     collections: dict[str, Collection] | None = None,
     clients: SharedClients | None = None,
+    jobs: JobsService | None = None,
 ) -> web.Application:
     """The gateway application for ``config``.
 
-    ``collections``/``clients`` may be passed when already built (``gateway
-    serve`` builds them before binding so config errors stop start-up).
+    ``collections``/``clients``/``jobs`` may be passed when already built
+    (``gateway serve`` builds them before binding so config errors stop
+    start-up). The jobs service starts after the store opens (its recovery
+    done) and stops before it closes.
     """
     clients = clients or SharedClients(config.client)
     if collections is None:
         collections = build_collections(config, clients)
+    if jobs is None:
+        jobs = JobsService.from_config(config, role="serve")
     app = web.Application()
     app[CONFIG] = config
     app[CLIENTS] = clients
     app[COLLECTIONS] = collections
     app[TIMEMAP_PAGE_SIZE] = config.memento.timemap_page_size
+    app[JOBS] = jobs
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         shared = app[CLIENTS]
@@ -189,8 +197,10 @@ def create_app(
         if config.uses_store and shared.store is None:
             shared.store = await Store.open(config.store)
         try:
+            await app[JOBS].start()
             yield
         finally:
+            await app[JOBS].stop()
             for collection in app[COLLECTIONS].values():
                 await collection.aclose()
             if shared.store is not None:
@@ -203,6 +213,7 @@ def create_app(
         ("GET", "/", root_handler),
         ("GET", "/_status", status_handler),
         ("GET", "/_health", health_handler),
+        ("GET", "/_jobs", jobs_handler),
         ("GET", "/{coll}/index", index_handler),
         ("GET", "/{coll}/cdx", ia_cdx_handler),  # IA CDX server dialect
         ("GET", "/{coll}/resource", resource_handler),  # GET also answers HEAD

@@ -1,4 +1,4 @@
-"""The ``gateway`` command: serve | check-config | index | store.
+"""The ``gateway`` command: serve | check-config | index | store | worker | jobs.
 
 Exit status: 0 success, 1 a command failed, 2 bad usage or a bad config
 (reported before anything binds a port).
@@ -53,16 +53,18 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.app import build_collections, create_app
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
+    from gateway.jobs.service import JobsService
 
     try:
         config = _load(args.config)
         clients = SharedClients(config.client)
         collections = build_collections(config, clients)
+        jobs = JobsService.from_config(config, role="serve")
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    app = create_app(config, collections=collections, clients=clients)
+    app = create_app(config, collections=collections, clients=clients, jobs=jobs)
     app.on_startup.append(_freeze_heap)
     print(
         f"gateway: serving {', '.join(collections) or '(no collections)'} "
@@ -168,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.store.cli import add_subcommands as add_store_subcommands
 
     add_store_subcommands(sub)
+
+    from gateway.jobs.cli import add_subcommands as add_jobs_subcommands
+
+    add_jobs_subcommands(sub)
     return parser
 
 

@@ -59,7 +59,8 @@ class JobsSettings:
         for name in ("poll_s", "import_max_tick_s", "scrub_interval_days", "scrub_max_tick_s"):
             value = getattr(self, name)
             if not value > 0:
-                raise ValueError(f"{name}: {value} is not a positive number of seconds or days")
+                unit = "days" if name.endswith("_days") else "seconds"
+                raise ValueError(f"{name}: {value:g} is not a positive number of {unit}")
         for name in ("import_max_concurrent", "scrub_max_concurrent"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: {getattr(self, name)} is below 1")
