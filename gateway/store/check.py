@@ -34,7 +34,15 @@ from gateway.store.layout import IMPORTING_SUFFIX, OPEN_SUFFIX, Layout, StoreLoc
 from gateway.store.progress import ProgressBar
 from gateway.store.verify import FileVerdict, RecordInfo, verify_file
 
-__all__ = ["CheckReport", "Problem", "ProblemKind", "check_files", "check_store"]
+__all__ = [
+    "CheckReport",
+    "Problem",
+    "ProblemKind",
+    "check_files",
+    "check_store",
+    "compare_rows",
+    "verify_problems",
+]
 
 ProblemKind = Literal[
     "index_db",
@@ -108,9 +116,14 @@ def _indexable(info: RecordInfo) -> bool:
     )
 
 
-def _compare_rows(
+def compare_rows(
     file: FileRow, rows: list[StoredRow], verdict: FileVerdict, db: IndexDB, out: list[Problem]
 ) -> None:
+    """Append to ``out`` how ``rows`` (index entries of ``file``) disagree with ``verdict``.
+
+    ``verdict.records`` may cover part of the file (the scrub verifies a
+    file a range at a time): then ``rows`` must be the entries of that range.
+    """
     by_offset = {info.offset: info for info in verdict.records}
     indexed = set()
     name = file.disk_name
@@ -186,7 +199,8 @@ def _compare_rows(
         )
 
 
-def _verify_problems(name: str, is_open: bool, verdict: FileVerdict) -> list[Problem]:
+def verify_problems(name: str, is_open: bool, verdict: FileVerdict) -> list[Problem]:
+    """The framing and digest problems of ``verdict`` as :class:`Problem` values."""
     out: list[Problem] = []
     if verdict.framing_error is not None:
         # In a file still being written, whatever follows the last whole record
@@ -254,11 +268,11 @@ def check_files(
         report.verdicts[name] = verdict
         report.files += 1
         report.records += len(verdict.records)
-        report.problems.extend(_verify_problems(name, name.endswith(OPEN_SUFFIX), verdict))
+        report.problems.extend(verify_problems(name, name.endswith(OPEN_SUFFIX), verdict))
         if file is not None:
             rows = db.rows_of_file(file.id)
             report.entries += len(rows)
-            _compare_rows(file, rows, verdict, db, report.problems)
+            compare_rows(file, rows, verdict, db, report.problems)
     bar.finish()
     return report
 

@@ -13,6 +13,10 @@ Schema::
         id grows with acknowledgement order: the tie-break between captures
         of one URL in the same second (both are kept, ordered by id).
 
+The same database holds the background jobs' tables (``jobs_*``, made by
+:func:`gateway.jobs.db.create_schema`): the objects of the import and scrub
+actor types, among others.
+
 Indexes: ``(urlkey, timestamp, id)`` for lookups, ``(digest, id)`` over full
 records (``response``/``resource``) for deduplication, ``(file_id, offset)``
 and ``(record_id)`` for recovery and checks.
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from gateway.jobs.db import create_schema as create_jobs_schema
 from gateway.store.indexing import FULL_RECORD_TYPES, IndexRow, extra_from_json, extra_to_json
 from gateway.store.layout import OPEN_SUFFIX
 
@@ -160,6 +165,7 @@ class IndexDB:
         self.conn = _connect(path, synchronous=synchronous, access=access)
         if access == "write":
             self.conn.executescript(_SCHEMA)
+            create_jobs_schema(self.conn)
 
     def quick_check(self) -> str:
         """SQLite's ``PRAGMA quick_check``: "ok" or the problems found."""
@@ -276,10 +282,12 @@ class IndexDB:
             conn.execute("DELETE FROM captures WHERE file_id = ?", (file_id,))
             conn.execute("UPDATE files SET indexed_end = 0 WHERE id = ?", (file_id,))
 
-    def rows_of_file(self, file_id: int) -> list[StoredRow]:
-        """Rows of one file ordered by offset."""
+    def rows_of_file(self, file_id: int, start: int = 0, end: int | None = None) -> list[StoredRow]:
+        """Rows of one file ordered by offset; with ``start``/``end``, those at offsets in range."""
         rows = self.conn.execute(
-            f"SELECT {_ROW_COLUMNS} {_FROM} WHERE c.file_id = ? ORDER BY c.offset", (file_id,)
+            f"SELECT {_ROW_COLUMNS} {_FROM} WHERE c.file_id = ? AND c.offset >= ?"
+            " AND c.offset < ? ORDER BY c.offset",
+            (file_id, start, end if end is not None else 1 << 62),
         ).fetchall()
         return [_stored(r) for r in rows]
 

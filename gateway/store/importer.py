@@ -29,7 +29,7 @@ from gateway.store.layout import IMPORTING_SUFFIX, OPEN_SUFFIX, Layout, fsync_di
 from gateway.store.recovery import index_tail
 from gateway.store.verify import Progress, verify_file
 
-__all__ = ["ImportPlan", "ImportResult", "import_warc", "prepare_import"]
+__all__ = ["ImportPlan", "ImportResult", "import_warc", "prepare_import", "sha256_of"]
 
 _CHUNK: Final = 1 << 20
 
@@ -53,7 +53,8 @@ class ImportResult:
     already_present: bool = False
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The hex SHA-256 of the file at ``path`` (blocking)."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while chunk := fh.read(_CHUNK):
@@ -61,11 +62,21 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def prepare_import(layout: Layout, source: Path, *, progress: Progress | None = None) -> ImportPlan:
+def prepare_import(
+    layout: Layout,
+    source: Path,
+    *,
+    progress: Progress | None = None,
+    copy_to: Path | None = None,
+) -> ImportPlan:
     """Verify ``source`` and copy it next to its final place (blocking).
 
-    Raises :class:`ImportRejected` when the name is not a WARC name, the file
-    has any framing or digest problem, or the copy differs from the source.
+    The copy goes to ``copy_to`` (default ``warcs/<name>.importing``; the
+    online import stages it outside ``warcs/``). ``progress(n)`` is called
+    as bytes are verified and copied (an exception it raises stops the work
+    and removes the copy). Raises :class:`ImportRejected` when the name is
+    not a WARC name, the file has any framing or digest problem, or the copy
+    differs from the source.
     """
     name = source.name
     if not is_warc_name(name):
@@ -94,16 +105,18 @@ def prepare_import(layout: Layout, source: Path, *, progress: Progress | None = 
         raise ImportRejected(str(source), problems)
 
     layout.create()
-    copy = layout.warcs / (name + IMPORTING_SUFFIX)
+    copy = copy_to or layout.warcs / (name + IMPORTING_SUFFIX)
     digest = hashlib.sha256()
+    advance = progress or (lambda n: None)
     try:
         with source.open("rb") as src, copy.open("wb") as dst:
             while chunk := src.read(_CHUNK):
                 digest.update(chunk)
                 dst.write(chunk)
+                advance(len(chunk))
             dst.flush()
             os.fsync(dst.fileno())
-        if _sha256(copy) != digest.hexdigest():
+        if sha256_of(copy) != digest.hexdigest():
             raise ImportRejected(str(source), ["the copy differs from the source (disk error?)"])
     except BaseException:
         copy.unlink(missing_ok=True)
@@ -120,7 +133,7 @@ def import_warc(layout: Layout, db: IndexDB, plan: ImportPlan) -> ImportResult:
         or target.exists()
         or (layout.warcs / (plan.name + OPEN_SUFFIX)).exists()
     ):
-        same = target.exists() and _sha256(target) == plan.sha256
+        same = target.exists() and sha256_of(target) == plan.sha256
         plan.copy.unlink(missing_ok=True)
         if same:
             return ImportResult(name=plan.name, records=0, already_present=True)

@@ -22,7 +22,7 @@ from warcio.exceptions import ArchiveLoadFailed
 from gateway.store.framing import FramingError, scan_frames
 from gateway.store.indexing import RangeReader
 
-__all__ = ["FileVerdict", "RecordInfo", "verify_file"]
+__all__ = ["FileVerdict", "RecordInfo", "drain", "record_info", "verify_file"]
 
 _CHUNK: Final = 1 << 16
 
@@ -68,9 +68,26 @@ class FileVerdict:
         return self.framing_error is None and not self.bad_records
 
 
-def _drain(stream: Any) -> None:
+def drain(stream: Any) -> None:
+    """Read ``stream`` to its end (warcio checks digests as the payload is read)."""
     while stream.read(_CHUNK):
         pass
+
+
+def record_info(record: Any, offset: int, length: int) -> RecordInfo:
+    """The :class:`RecordInfo` of a warcio record read whole at ``[offset, offset + length)``."""
+    headers = record.rec_headers
+    return RecordInfo(
+        offset=offset,
+        length=length,
+        rec_type=str(record.rec_type),
+        record_id=headers.get_header("WARC-Record-ID") or "",
+        url=headers.get_header("WARC-Target-URI") or "",
+        warc_date=headers.get_header("WARC-Date") or "",
+        payload_digest=headers.get_header("WARC-Payload-Digest") or "",
+        refers_to=headers.get_header("WARC-Refers-To") or "",
+        content_type=headers.get_header("Content-Type") or "",
+    )
 
 
 def verify_file(path: Path, *, progress: Progress | None = None) -> FileVerdict:
@@ -97,26 +114,13 @@ def verify_file(path: Path, *, progress: Progress | None = None) -> FileVerdict:
                 RangeReader(fh, 0, verdict.good_end), check_digests=True, arc2warc=False
             )
             for record in iterator:
-                _drain(record.raw_stream)
-                headers = record.rec_headers
+                drain(record.raw_stream)
                 offset = iterator.get_record_offset()
                 length = iterator.get_record_length()
                 checker = record.digest_checker
                 if checker.passed is False:
                     verdict.bad_records[offset] = "; ".join(str(p) for p in checker.problems)
-                verdict.records.append(
-                    RecordInfo(
-                        offset=offset,
-                        length=length,
-                        rec_type=str(record.rec_type),
-                        record_id=headers.get_header("WARC-Record-ID") or "",
-                        url=headers.get_header("WARC-Target-URI") or "",
-                        warc_date=headers.get_header("WARC-Date") or "",
-                        payload_digest=headers.get_header("WARC-Payload-Digest") or "",
-                        refers_to=headers.get_header("WARC-Refers-To") or "",
-                        content_type=headers.get_header("Content-Type") or "",
-                    )
-                )
+                verdict.records.append(record_info(record, offset, length))
                 advance(offset + length - done)
                 done = offset + length
         except ArchiveLoadFailed as exc:
