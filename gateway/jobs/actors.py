@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import ClassVar, Final
+from typing import ClassVar, Final, TypeVar
 
 from gateway.jobs.db import (
     JobObject,
@@ -53,9 +54,19 @@ from gateway.jobs.hooks import Hooks
 from gateway.jobs.model import ObjectType, Transition
 from gateway.jobs.settings import JobsSettings
 
-__all__ = ["ActorType", "JobContext", "TickError", "TickTimeout", "backoff_s"]
+__all__ = [
+    "ActorType",
+    "JobContext",
+    "TickError",
+    "TickTimeout",
+    "WorkCancelled",
+    "backoff_s",
+    "in_thread",
+]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: A side effect of a transition: objects of a type to make due now.
 Wake = tuple[ObjectType, Sequence[int]]
@@ -69,6 +80,27 @@ class TickError(Exception):
 
 class TickTimeout(TimeoutError):
     """A tick ran past its actor type's ``max_tick_s`` and was cancelled."""
+
+
+class WorkCancelled(Exception):
+    """Raised by blocking work of a tick that saw its tick cancelled (see :func:`in_thread`)."""
+
+
+async def in_thread(fn: Callable[[threading.Event], _T]) -> _T:
+    """Run blocking work of a tick in a worker thread; return its result.
+
+    A thread cannot be interrupted: when the tick is cancelled (it ran past
+    its ``max_tick_s``, before its lease ends), the event passed to ``fn``
+    is set, and ``fn`` is expected to check it between steps (a chunk read,
+    a record verified) and stop, raising :class:`WorkCancelled`, so that
+    the work of a cancelled tick does not go on beside the next claim's.
+    """
+    cancel = threading.Event()
+    try:
+        return await asyncio.to_thread(fn, cancel)
+    except asyncio.CancelledError:
+        cancel.set()
+        raise
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -194,11 +194,12 @@ def _table_sql(object_type: ObjectType) -> list[str]:
         f"CREATE INDEX IF NOT EXISTS {table}_errors ON {table}(last_error_at)"
         " WHERE last_error_at IS NOT NULL",
     ]
-    for columns_ in object_type.unique:
-        statements.append(
-            f"CREATE UNIQUE INDEX IF NOT EXISTS {table}_{'_'.join(columns_)}"
-            f" ON {table}({', '.join(columns_)})"
-        )
+    for kind, keys in (("UNIQUE INDEX", object_type.unique), ("INDEX", object_type.indexes)):
+        for columns_ in keys:
+            statements.append(
+                f"CREATE {kind} IF NOT EXISTS {table}_{'_'.join(columns_)}"
+                f" ON {table}({', '.join(columns_)})"
+            )
     return statements
 
 

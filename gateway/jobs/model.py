@@ -91,7 +91,8 @@ class ObjectType:
 
     ``columns``: the type's own columns ``(name, SQL declaration)``, after
     :data:`COMMON_COLUMNS`; ``unique``: column tuples with a UNIQUE index
-    (e.g. one scrub object per file); ``label_column``/``detail_column``:
+    (e.g. one scrub object per file); ``indexes``: column tuples with a
+    plain index (what the type's own reads select by); ``label_column``/``detail_column``:
     what ``gateway jobs`` shows of an object in one of ``attention_states``
     (a refused import and its reason, a damaged file and its problems).
 
@@ -108,6 +109,7 @@ class ObjectType:
     transitions: tuple[tuple[str, str], ...]
     columns: tuple[tuple[str, str], ...] = ()
     unique: tuple[tuple[str, ...], ...] = ()
+    indexes: tuple[tuple[str, ...], ...] = ()
     attention_states: tuple[str, ...] = ()
     label_column: str = "id"
     detail_column: str = "last_error"
@@ -131,7 +133,8 @@ class ObjectType:
         own = {c for c, _ in self.columns}
         if own & common:
             raise ValueError(f"{where}: columns {sorted(own & common)} are common columns")
-        for column in (self.label_column, self.detail_column, *(c for u in self.unique for c in u)):
+        keyed = (c for u in (*self.unique, *self.indexes) for c in u)
+        for column in (self.label_column, self.detail_column, *keyed):
             if column not in own | common:
                 raise ValueError(f"{where}: {column!r} is not one of its columns")
         reached = {self.initial}

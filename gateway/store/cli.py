@@ -2,7 +2,7 @@
 
 ::
 
-    gateway store add [--root DIR | --config FILE] WARC...
+    gateway store add [--root DIR | --config FILE] [--no-wait] WARC...
     gateway store history [--root DIR | --config FILE] URL
                           [--at TS | --from TS --to TS | --latest | --all] [--output cdxj|json]
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
@@ -13,8 +13,11 @@ section of a collections.yaml (through ``gateway.config``, the only YAML
 reader). Exit status: 0 success, 1 problems found or a file rejected, 2 bad
 usage or the store is in use / missing.
 
-``check`` never changes anything; ``add`` and ``repair`` need the store to
-themselves (stop the gateway first); ``history`` reads while a gateway runs.
+``check`` never changes anything; ``repair`` needs the store to itself
+(stop the gateway first); ``add`` and ``history`` work while a gateway runs
+(``add`` hands the files to the store as import objects and imports them
+itself, unless ``--no-wait`` leaves them to the gateway's or a worker's
+import actor; see :mod:`gateway.store.online_import`).
 Also runnable alone: ``python -m gateway.store.cli check --root DIR``.
 """
 
@@ -26,9 +29,14 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from gateway.errors import ConfigError
 from gateway.store.errors import StoreError, StoreLocked
 from gateway.store.settings import StoreSettings
+
+if TYPE_CHECKING:
+    from gateway.jobs.settings import JobsSettings
 
 # The commands import the store itself when they run (warcio, SQLite and
 # the writer are not needed to print ``--help``).
@@ -58,6 +66,17 @@ def _settings(args: argparse.Namespace) -> StoreSettings:
     return StoreSettings(root=args.root)
 
 
+def _jobs_settings(args: argparse.Namespace) -> JobsSettings:
+    """The ``jobs:`` section of ``--config`` (tick limits of the import), else the defaults."""
+    from gateway.jobs.settings import JobsSettings
+
+    if args.config and args.settings_loader is None:
+        from gateway.config import load_config
+
+        return load_config(args.config).jobs
+    return JobsSettings()
+
+
 def _timestamp(text: str) -> str:
     if not _TS.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a timestamp; expected 1 to 14 digits")
@@ -70,32 +89,68 @@ def _err(command: str, message: object) -> None:
 
 # ------------------------------------------------------------------ commands
 def _cmd_add(args: argparse.Namespace) -> int:
-    from gateway.store.errors import ImportRejected
-    from gateway.store.store import Store
+    from gateway.jobs.db import JobObject
+    from gateway.store.online_import import add_files
+    from gateway.store.progress import ProgressBar
 
     settings = _settings(args)
+    sources = [Path(name).absolute() for name in args.warcs]
+    total = sum(p.stat().st_size for p in sources if p.is_file())
+    bar = ProgressBar(total * 3, label="store add", enabled=args.progress)
+    waiting_for: set[tuple[int, str]] = set()
 
-    async def run() -> int:
-        status = 0
-        async with await Store.open(settings) as store:
-            for name in args.warcs:
-                try:
-                    result = await store.add_warc(Path(name))
-                except ImportRejected as exc:
-                    status = 1
-                    _err("add", f"{name}: rejected:")
-                    for problem in exc.problems:
-                        print(f"  {problem}", file=sys.stderr)
-                    continue
-                if result.already_present:
-                    print(f"{name}: already in the store as warcs/{result.name}")
-                else:
-                    print(
-                        f"{name}: added as warcs/{result.name}, {result.records} captures indexed"
-                    )
-        return status
+    def on_final(obj: JobObject) -> None:
+        source, name = obj["source_path"], obj["name"]
+        if obj.status == "imported":
+            print(f"{source}: added as warcs/{name}, {obj['records']} captures indexed")
+        elif obj.status == "present":
+            print(f"{source}: already in the store as warcs/{name}")
+        elif obj.status == "refused":
+            _err("add", f"{source}: refused:")
+            for line in str(obj["reason"]).splitlines():
+                print(f"  {line}", file=sys.stderr)
+        else:
+            _err("add", f"{source}: failed, gave up: {obj.last_error}")
 
-    return asyncio.run(run())
+    def on_waiting(pending: list[JobObject]) -> None:
+        for obj in pending:
+            key = (obj.id, obj.lease_owner or obj.last_error or "")
+            if key in waiting_for:
+                continue
+            waiting_for.add(key)
+            if obj.lease_owner and not obj.lease_owner.startswith("store-add"):
+                print(f"{obj['source_path']}: being imported by {obj.lease_owner}", file=sys.stderr)
+            elif obj.last_error:
+                print(f"{obj['source_path']}: retrying after: {obj.last_error}", file=sys.stderr)
+
+    report = asyncio.run(
+        add_files(
+            settings.root_path,
+            sources,
+            settings=_jobs_settings(args),
+            wait=not args.no_wait,
+            on_final=on_final,
+            on_waiting=on_waiting,
+            progress=bar.advance,
+        )
+    )
+    bar.finish()
+    if args.no_wait:
+        print(
+            f"store add: handed in {len(sources)} file(s) (batch {report.batch});"
+            " a running `gateway serve` or `gateway worker` imports them;"
+            " `gateway jobs` shows how far they are"
+        )
+        return 0
+    counts = [
+        f"{report.count('imported')} imported",
+        f"{report.count('present')} already present",
+        f"{report.count('refused')} refused",
+    ]
+    if report.count("failed"):
+        counts.append(f"{report.count('failed')} failed")
+    print(f"store add: {', '.join(counts)}")
+    return 0 if report.ok else 1
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -170,6 +225,9 @@ def _guarded(command: str, func: Callable[[argparse.Namespace], int]) -> Callabl
         except StoreError as exc:
             _err(command, exc)
             return 2 if "no store" in exc.message else 1
+        except ConfigError as exc:
+            _err(command, f"bad config {args.config}: {exc}")
+            return 2
 
     return run
 
@@ -188,9 +246,22 @@ def add_store_commands(
     settings_loader: SettingsLoader | None = None,
 ) -> None:
     """Register ``add``, ``history``, ``check``, ``repair``; each sets ``run(args) -> int``."""
-    add = leaves.add_parser("add", help="import WARC files (copy, verify with warcio, index)")
+    add = leaves.add_parser(
+        "add", help="import WARC files (verify with warcio, copy, index), also while serving"
+    )
     _common(add, settings_loader)
     add.add_argument("warcs", nargs="+", metavar="WARC", help=".warc or .warc.gz files")
+    add.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="hand the files in and return; a running gateway serve or worker imports them",
+    )
+    add.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: on a terminal or a long run)",
+    )
     add.set_defaults(run=_guarded("add", _cmd_add))
 
     history = leaves.add_parser("history", help="list the stored versions of a URL")

@@ -3,9 +3,13 @@
 ::
 
     <root>/
-      store.lock                 flock: exclusive for a writer (gateway, add,
+      store.lock                 flock: exclusive for a writer (gateway,
                                  repair), shared for `store check`
-      index.sqlite3              the capture index and dedup index (WAL mode)
+      jobs.lock                  flock: the serving process that runs the jobs
+      index.sqlite3              the capture index and dedup index (WAL mode),
+                                 and the background jobs' tables
+      incoming/                  online imports: verified copies waiting to
+                                 be linked into warcs/ (``<id>-<name>.part``)
       warcs/                     every WARC file; CDX ``filename`` values are
                                  relative to this directory (the WARC prefix)
         gateway-20250301120000-00001.warc.gz        closed

@@ -11,6 +11,7 @@ import pytest
 
 from gateway.jobs.actors import ActorType
 from gateway.jobs.db import (
+    Value,
     connect,
     create_schema,
     read_object,
@@ -27,6 +28,19 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 #: Every actor type the tests know: the built-in ones and the probe plugin's.
 ALL_ACTOR_TYPES: list[type[ActorType]] = [*ACTOR_TYPES.values(), ProbeActor]
 ALL_OBJECT_TYPES = object_types_of(ALL_ACTOR_TYPES)
+
+
+_serial = iter(range(1, 1 << 30))
+
+
+def _unique(object_type: ObjectType) -> dict[str, Value]:
+    """Values for the type's NOT NULL columns without a default, distinct on every call."""
+    number = next(_serial)
+    return {
+        column: number if declaration.startswith("INTEGER") else f"walk-{number}"
+        for column, declaration in object_type.columns
+        if "NOT NULL" in declaration and "DEFAULT" not in declaration
+    }
 
 
 def _declare(**overrides: object) -> ObjectType:
@@ -76,7 +90,9 @@ def test_every_declared_transition_is_one_compare_and_swap(
     create_schema(conn, [object_type])
     now = utcnow()
     for transition in object_type.all_transitions():
-        object_id = write_object(conn, object_type, now, status=transition.source)
+        object_id = write_object(
+            conn, object_type, now, _unique(object_type), status=transition.source
+        )
         obj = read_object(conn, object_type, object_id)
         retry_at = None if transition.final else now + timedelta(seconds=5)
         assert write_transition(conn, obj, transition, now, retry_at=retry_at)
@@ -91,7 +107,8 @@ def test_every_declared_transition_is_one_compare_and_swap(
     # Every pair of states the table does not declare is refused, whatever the object.
     declared = {(t.source, t.target) for t in object_type.all_transitions()}
     for source in object_type.active_states:
-        obj = read_object(conn, object_type, write_object(conn, object_type, now, status=source))
+        new = write_object(conn, object_type, now, _unique(object_type), status=source)
+        obj = read_object(conn, object_type, new)
         for target in object_type.states:
             if (source, target) in declared:
                 continue
@@ -110,7 +127,9 @@ def test_final_states_need_retry_at_none_and_others_a_time(
     now = utcnow()
     for transition in object_type.all_transitions():
         obj = read_object(
-            conn, object_type, write_object(conn, object_type, now, status=transition.source)
+            conn,
+            object_type,
+            write_object(conn, object_type, now, _unique(object_type), status=transition.source),
         )
         wrong = now if transition.final else None
         with pytest.raises(ValueError, match="needs retry_at"):

@@ -94,8 +94,8 @@ def test_add_rejects_invalid_files(
     not_warc.write_text("hello")
     assert store_cli(["add", "--root", settings.root, str(bad), str(not_warc)]) == 1
     err = capsys.readouterr().err
-    assert "bad.warc.gz: rejected" in err
-    assert "notes.txt: rejected" in err
+    assert "bad.warc.gz: refused:" in err
+    assert "notes.txt: refused:" in err
     assert list(Layout(settings.root_path).warcs.iterdir()) == []
 
 
