@@ -46,6 +46,7 @@ from gateway.store.errors import ImportRejected, StoreError
 from gateway.store.importer import prepare_import, sha256_of
 from gateway.store.layout import OPEN_SUFFIX, Layout, fsync_dir, is_warc_name
 from gateway.store.recovery import index_tail
+from gateway.store.scrub import write_scrub_object
 
 __all__ = [
     "IMPORT",
@@ -196,8 +197,14 @@ def stage(
     return Staged(plan.copy, plan.sha256, plan.copy.stat().st_size)
 
 
-def commit(layout: Layout, index: IndexDB, obj: JobObject) -> Imported | Refused:
-    """The ``copied`` tick's work (blocking): link create-only, index, drop the copy."""
+def commit(
+    layout: Layout, index: IndexDB, obj: JobObject, scrub_interval_s: float
+) -> Imported | Refused:
+    """The ``copied`` tick's work (blocking): link create-only, index, drop the copy.
+
+    The file's scrub object starts ``good`` (it was verified before the
+    copy), due again in ``scrub_interval_s``.
+    """
     staged = Path(str(obj["staged_path"]))
     name = str(obj["name"])
     target = layout.warcs / name
@@ -219,8 +226,12 @@ def commit(layout: Layout, index: IndexDB, obj: JobObject) -> Imported | Refused
     _, problem = index_tail(index, file, target, truncate=False)
     if problem:  # verified before the copy: only a disk error gets here
         raise StoreError(f"warcs/{name} does not read back as it was verified: {problem}")
+    records = index.count_rows(file.id)
+    write_scrub_object(
+        index.conn, name, utcnow(), verified_records=records, interval_s=scrub_interval_s
+    )
     _remove_staged(staged)
-    return Imported(index.count_rows(file.id))
+    return Imported(records)
 
 
 def _remove_staged(staged: Path) -> None:
@@ -305,7 +316,8 @@ class ImportActor(ActorType):
             else:
                 await self.transition_import_queued_to_refused(obj, outcome.reason)
         else:
-            result = await asyncio.to_thread(commit, self.layout, self.index, obj)
+            interval_s = self.ctx.settings.scrub_interval_days * 86_400.0
+            result = await asyncio.to_thread(commit, self.layout, self.index, obj, interval_s)
             if isinstance(result, Imported):
                 await self.transition_import_copied_to_imported(obj, result.records)
             else:

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 from warcio.warcwriter import WARCWriter
 
+from gateway.jobs.db import utcnow
 from gateway.store.db import FileRow, IndexDB
 from gateway.store.layout import OPEN_SUFFIX, fsync_dir
+from gateway.store.scrub import write_scrub_object
 
 __all__ = ["FaultInjector", "OpenWarc", "RecordSink"]
 
@@ -189,6 +192,14 @@ class OpenWarc:
         fsync_dir(self.warc_dir)
         db.set_open(self.file.id, False)
         logger.info("store: closed %s (%d bytes)", final, self.size)
+        try:  # its verification, by the scrub actor (gateway.store.scrub)
+            write_scrub_object(db.conn, self.file.name, utcnow())
+        except sqlite3.Error as exc:
+            logger.warning(
+                "store: scheduling the scrub of %s failed (%s); the next start schedules it",
+                self.file.name,
+                exc,
+            )
         return self.open_path
 
 

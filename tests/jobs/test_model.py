@@ -102,8 +102,9 @@ def test_every_declared_transition_is_one_compare_and_swap(
         # The same write again compares against the old status and retry_at: it loses.
         assert not write_transition(conn, obj, transition, now, retry_at=retry_at)
         # A transition from the wrong state is a bug, refused before any write.
-        with pytest.raises(ValueError, match="cannot make transition"):
-            write_transition(conn, moved, transition, now, retry_at=retry_at)
+        if transition.source != transition.target:
+            with pytest.raises(ValueError, match="cannot make transition"):
+                write_transition(conn, moved, transition, now, retry_at=retry_at)
     # Every pair of states the table does not declare is refused, whatever the object.
     declared = {(t.source, t.target) for t in object_type.all_transitions()}
     for source in object_type.active_states:
