@@ -14,7 +14,9 @@ of :class:`ActorType` declaring:
 
 An *actor* is one instance running :meth:`ActorType.run` as an asyncio
 task. It claims an object by bumping its ``retry_at`` to ``now +
-max_tick_s`` (one UPDATE; the lease), ticks it under
+max_tick_s`` (one UPDATE; the lease; after a tick's transition the next
+claim is made on the same trip to the database thread, and given back if
+the actor stops before ticking it), ticks it under
 ``asyncio.timeout_at`` (the deadline falls before the lease ends), and on a
 failure (an exception, an overrun, a tick that made no transition) keeps
 the attempt count and the error on the object and makes it due again after
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +50,7 @@ from gateway.jobs.db import (
     utcnow,
     write_claim,
     write_failure,
+    write_release,
     write_transition,
     write_wake,
 )
@@ -187,6 +191,8 @@ class ActorType:
         self.ticks = 0
         self.current: JobObject | None = None
         self._outcomes: list[tuple[Transition, bool]] = []
+        #: An object claimed along with the last transition, and its tick's deadline.
+        self._next: tuple[JobObject, float] | None = None
 
     def __repr__(self) -> str:
         return f"{self.name}#{self.number} ({self.ctx.owner})"
@@ -237,42 +243,53 @@ class ActorType:
         One compare-and-swap write (:func:`~gateway.jobs.db.write_transition`:
         the new status, ``retry_at``, ``values``, and ``error`` as the
         object's last error when it gives up), then, only if it won, its
-        side effects: the objects in ``wake`` become due now. The
-        per-transition hooks run before and after. Shielded: a tick
-        cancelled at its time limit does not interrupt a write already
-        made, nor the side effects it allows.
+        side effects: the objects in ``wake`` become due now. Write and side
+        effects run together on the database thread, so a tick cancelled
+        at its time limit interrupts neither once the write is submitted.
+        The per-transition hooks run before and after.
         """
         transition = obj.type.transition(source, target)
-        return await asyncio.shield(
-            self._transition(obj, transition, retry_at, values, wake, error)
+        self.ctx.hooks.transition_start(transition.name, actor=self, obj=obj)
+        wakes = tuple((object_type, tuple(ids)) for object_type, ids in wake)
+        # The actor's next claim rides along (one trip to the database thread
+        # instead of two); its deadline is taken before its lease begins.
+        claim = None if self.stopping or self._outcomes or self._next else self._claim_args()
+        deadline = asyncio.get_running_loop().time() + self.tick_limit_s
+        future = self.ctx.db.submit(
+            _write_transition_then_claim, obj, transition, retry_at, values, error, wakes, claim
         )
+        try:
+            won, claimed = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # Cancelled at the tick's limit while the write was in flight: it goes
+            # on in the database thread; report its outcome, then let the
+            # cancellation through.
+            won, claimed = await future
+            self._transition_done(obj, transition, won, claimed, deadline)
+            raise
+        self._transition_done(obj, transition, won, claimed, deadline)
+        return won
 
-    async def _transition(
+    def _transition_done(
         self,
         obj: JobObject,
         transition: Transition,
-        retry_at: datetime | None,
-        values: Mapping[str, Value] | None,
-        wake: Iterable[Wake],
-        error: str | None,
-    ) -> bool:
-        hooks, db = self.ctx.hooks, self.ctx.db
-        hooks.transition_start(transition.name, actor=self, obj=obj)
-        now = utcnow()
-        won = await db.call(
-            write_transition, obj, transition, now, retry_at=retry_at, values=values, error=error
-        )
+        won: bool,
+        claimed: JobObject | None,
+        deadline: float,
+    ) -> None:
+        if claimed is not None:
+            self._next = (claimed, deadline)
         if won:
-            for object_type, ids in wake:
-                await db.call(write_wake, object_type, ids, now)
-            logger.debug(
-                "jobs: %s %s -> %s by %r",
-                obj,
-                transition.source,
-                transition.target,
-                self,
-                extra=_extra(obj, job_transition=transition.name, job_actor=repr(self)),
-            )
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "jobs: %s %s -> %s by %r",
+                    obj,
+                    transition.source,
+                    transition.target,
+                    self,
+                    extra=_extra(obj, job_transition=transition.name, job_actor=repr(self)),
+                )
         else:
             logger.warning(
                 "jobs: %s: transition %s lost: another actor moved the object"
@@ -282,8 +299,7 @@ class ActorType:
                 extra=_extra(obj, job_transition=transition.name, job_actor=repr(self)),
             )
         self._outcomes.append((transition, won))
-        hooks.transition_end(transition.name, actor=self, obj=obj, won=won)
-        return won
+        self.ctx.hooks.transition_end(transition.name, actor=self, obj=obj, won=won)
 
     @staticmethod
     def due_in(seconds: float) -> datetime:
@@ -299,29 +315,33 @@ class ActorType:
             await self.on_startup()
             try:
                 while not self.stopping:
-                    claimed = await self._claim()
+                    claimed, self._next = self._next, None
+                    if claimed is None:
+                        claimed = await self._claim()
                     if claimed is None:
                         break
                     await self._tick(*claimed)
             finally:
+                await self._release_next()
                 await self.on_shutdown()
         finally:
             hooks.call("on_actor_shutdown", actor=self)
+
+    def _claim_args(self) -> _Claim:
+        return (self.object_type, self.queue_states, self.tick_limit_s, self.ctx.owner, self.where)
 
     async def _claim(self) -> tuple[JobObject, float] | None:
         # The deadline is taken before the lease is computed: a tick is
         # cancelled no later than its lease ends.
         deadline = asyncio.get_running_loop().time() + self.tick_limit_s
-        obj = await self.ctx.db.call(
-            write_claim,
-            self.object_type,
-            self.queue_states,
-            utcnow(),
-            self.tick_limit_s,
-            self.ctx.owner,
-            where=self.where,
-        )
+        obj = await self.ctx.db.call(_write_claim, self._claim_args())
         return (obj, deadline) if obj is not None else None
+
+    async def _release_next(self) -> None:
+        """Give back an object claimed along with the last transition but never ticked."""
+        if self._next is not None:
+            (obj, _), self._next = self._next, None
+            await self.ctx.db.call(write_release, obj, utcnow())
 
     async def _tick(self, obj: JobObject, deadline: float) -> None:
         hooks = self.ctx.hooks
@@ -397,6 +417,37 @@ class ActorType:
             exc_info=exc if trace else None,
             extra=_extra(obj, job_attempts=attempts, job_error=error),
         )
+
+
+#: What :func:`~gateway.jobs.db.write_claim` needs: type, states, lease, owner, condition.
+_Claim = tuple[ObjectType, tuple[str, ...], float, str, tuple[str, Sequence[Value]] | None]
+
+
+def _write_claim(conn: sqlite3.Connection, claim: _Claim) -> JobObject | None:
+    object_type, states, lease_s, owner, where = claim
+    return write_claim(conn, object_type, states, utcnow(), lease_s, owner, where=where)
+
+
+def _write_transition_then_claim(
+    conn: sqlite3.Connection,
+    obj: JobObject,
+    transition: Transition,
+    retry_at: datetime | None,
+    values: Mapping[str, Value] | None,
+    error: str | None,
+    wakes: tuple[tuple[ObjectType, tuple[int, ...]], ...],
+    claim: _Claim | None,
+) -> tuple[bool, JobObject | None]:
+    """On the database thread: a transition's write, its side effects if it won,
+    then the actor's next claim (each its own atomic statement)."""
+    now = utcnow()
+    won = write_transition(
+        conn, obj, transition, now, retry_at=retry_at, values=values, error=error
+    )
+    if won:
+        for object_type, ids in wakes:
+            write_wake(conn, object_type, ids, now)
+    return won, _write_claim(conn, claim) if claim is not None else None
 
 
 def _extra(obj: JobObject, **more: object) -> dict[str, object]:

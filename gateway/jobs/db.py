@@ -17,6 +17,10 @@ transaction, never a read upgraded to a write, which SQLite answers with
 ``database is locked`` without waiting), and ``busy_timeout`` makes a writer
 wait for another's commit instead of failing.
 
+Queues are read through the partial index on ``retry_at`` (due objects,
+oldest first; ``+status`` keeps SQLite from choosing the status index and
+sorting every object of a state on each claim).
+
 Times are TEXT, ISO 8601 UTC with microseconds (``2026-01-02T03:04:05.678901Z``):
 fixed width, so they order as text does, and a compare-and-swap on
 ``retry_at`` compares the exact value that was read.
@@ -25,6 +29,7 @@ fixed width, so they order as text does, and a compare-and-swap on
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -56,6 +61,7 @@ __all__ = [
     "write_failure",
     "write_object",
     "write_objects",
+    "write_release",
     "write_transition",
     "write_wake",
 ]
@@ -269,7 +275,7 @@ def read_queue_length(
     wanted = tuple(states)
     (count,) = conn.execute(
         f"SELECT COUNT(*) FROM (SELECT 1 FROM {object_type.table}"
-        f" WHERE retry_at <= ? AND status IN ({_marks(len(wanted))}) LIMIT ?)",
+        f" WHERE retry_at <= ? AND +status IN ({_marks(len(wanted))}) LIMIT ?)",
         (format_time(now), *wanted, cap),
     ).fetchone()
     return int(count)
@@ -285,7 +291,7 @@ def read_next_retry_at(
         wanted = tuple(states)
         (first,) = conn.execute(
             f"SELECT MIN(retry_at) FROM {object_type.table}"
-            f" WHERE retry_at > ? AND status IN ({_marks(len(wanted))})",
+            f" WHERE retry_at > ? AND +status IN ({_marks(len(wanted))})",
             (moment, *wanted),
         ).fetchone()
         if first is not None and (soonest is None or first < soonest):
@@ -420,17 +426,25 @@ def write_claim(
     """
     wanted = tuple(states)
     moment = format_time(now)
-    extra, extra_params = (f" AND ({where[0]})", tuple(where[1])) if where else ("", ())
+    extra_params = tuple(where[1]) if where else ()
     row = conn.execute(
-        f"UPDATE {object_type.table} SET retry_at = ?, lease_owner = ?, updated_at = ?"
-        f" WHERE id = (SELECT id FROM {object_type.table}"
-        f" WHERE retry_at <= ? AND status IN ({_marks(len(wanted))}){extra}"
-        " ORDER BY retry_at, id LIMIT 1)"
-        " AND retry_at <= ?"
-        f" RETURNING {', '.join(object_type.column_names)}",
+        _claim_sql(object_type, len(wanted), where[0] if where else None),
         (_after(now, lease_s), owner, moment, moment, *wanted, *extra_params, moment),
     ).fetchone()
     return JobObject.from_row(object_type, row) if row is not None else None
+
+
+@functools.lru_cache(maxsize=256)
+def _claim_sql(object_type: ObjectType, states: int, where: str | None) -> str:
+    extra = f" AND ({where})" if where else ""
+    return (
+        f"UPDATE {object_type.table} SET retry_at = ?, lease_owner = ?, updated_at = ?"
+        f" WHERE id = (SELECT id FROM {object_type.table}"
+        f" WHERE retry_at <= ? AND +status IN ({_marks(states)}){extra}"
+        " ORDER BY retry_at, id LIMIT 1)"
+        " AND retry_at <= ?"
+        f" RETURNING {', '.join(object_type.column_names)}"
+    )
 
 
 def write_transition(
@@ -463,7 +477,7 @@ def write_transition(
             + ("None (final state)" if transition.final else "set (not a final state)")
         )
     own = dict(values or {})
-    unknown = set(own) - {c for c, _ in obj.type.columns}
+    unknown = own.keys() - obj.type.own_columns
     if unknown:
         raise ValueError(f"{obj}: {sorted(unknown)} are not columns of its own")
     stamp = format_time(now)
@@ -502,6 +516,20 @@ def write_failure(
         " last_error_at = ?, updated_at = ?, lease_owner = NULL"
         " WHERE id = ? AND status = ? AND retry_at IS ?",
         (format_time(retry_at), error, stamp, stamp, obj.id, obj.status, obj.retry_at),
+    )
+    return cursor.rowcount == 1
+
+
+def write_release(conn: sqlite3.Connection, obj: JobObject, now: datetime) -> bool:
+    """Give back a claimed object that was not ticked: due at ``now``, no lease owner.
+
+    Compare-and-swap on the lease; False when it had expired and another
+    actor claimed the object.
+    """
+    cursor = conn.execute(
+        f"UPDATE {obj.type.table} SET retry_at = ?, lease_owner = NULL"
+        " WHERE id = ? AND status = ? AND retry_at IS ?",
+        (format_time(now), obj.id, obj.status, obj.retry_at),
     )
     return cursor.rowcount == 1
 
@@ -564,13 +592,22 @@ class JobsDB:
         **kwargs: _P.kwargs,
     ) -> _T:
         """``fn(conn, *args, **kwargs)`` on the database thread."""
+        return await self.submit(fn, *args, **kwargs)
+
+    def submit(
+        self,
+        fn: Callable[Concatenate[sqlite3.Connection, _P], _T],
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> asyncio.Future[_T]:
+        """Like :meth:`call`, but return the future at once (it runs whatever the caller does)."""
 
         def run() -> _T:
             if self._conn is None:
                 raise RuntimeError(f"the jobs database {self.path} is not open")
             return fn(self._conn, *args, **kwargs)
 
-        return await self._run(run)
+        return asyncio.get_running_loop().run_in_executor(self._executor, run)
 
     async def _run(self, fn: Callable[[], _T]) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)

@@ -150,6 +150,9 @@ class Hooks:
         self.manager = pluggy.PluginManager(PROJECT)
         self.manager.add_hookspecs(JobsHookSpecs)
         self._known: set[str] = set()
+        #: Hook name -> its caller, or None when no plugin implements it
+        #: (plugins are registered here only, so the answer does not change).
+        self._callers: dict[str, Any] = {}
         for plugin in plugins:
             self.manager.register(plugin)
 
@@ -187,9 +190,14 @@ class Hooks:
 
     def call(self, hook: str, **kwargs: Any) -> None:
         """Call the hook ``hook``; an implementation's exception is logged, not raised."""
-        caller = getattr(self.manager.hook, hook)
-        if not caller.get_hookimpls():
-            return
+        caller = self._callers.get(hook)
+        if caller is None:
+            if hook in self._callers:
+                return  # known to have no implementation
+            found = getattr(self.manager.hook, hook)
+            caller = self._callers[hook] = found if found.get_hookimpls() else None
+            if caller is None:
+                return
         try:
             caller(**kwargs)
         except Exception:

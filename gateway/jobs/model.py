@@ -116,6 +116,10 @@ class ObjectType:
     _by_pair: dict[tuple[str, str], Transition] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
+    #: Every column, common ones first, in table order.
+    column_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    #: The names of the type's own columns.
+    own_columns: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"object type {self.name!r}"
@@ -151,16 +155,15 @@ class ObjectType:
             reached.add(target)
         if known - reached:
             raise ValueError(f"{where}: no transition reaches {sorted(known - reached)}")
+        object.__setattr__(
+            self, "column_names", tuple(c for c, _ in (*COMMON_COLUMNS, *self.columns))
+        )
+        object.__setattr__(self, "own_columns", frozenset(own))
 
     @property
     def table(self) -> str:
         """The SQLite table holding the objects: ``jobs_<name>``."""
         return f"jobs_{self.name}"
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        """Every column, common ones first, in table order."""
-        return tuple(c for c, _ in COMMON_COLUMNS) + tuple(c for c, _ in self.columns)
 
     @property
     def active_states(self) -> tuple[str, ...]:

@@ -263,7 +263,14 @@ async def test_stop_lets_the_ticks_in_hand_finish_and_claims_nothing_more(
     assert started == ended  # every tick in hand finished
     states = await counts(probe_db, PROBE)
     assert states["working"] == len(started)  # each made its transition
-    assert states["queued"] == 20 - len(started)  # and nothing more was claimed
+    assert states["queued"] == 20 - len(started)  # and nothing more was ticked
+    # An object claimed along with the last transition was given back: no lease is left.
+    leased = await probe_db.call(
+        lambda conn: conn.execute(
+            "SELECT COUNT(*) FROM jobs_probe WHERE lease_owner IS NOT NULL"
+        ).fetchone()[0]
+    )
+    assert leased == 0
 
 
 class QueuedOnly(ProbeActor):

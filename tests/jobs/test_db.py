@@ -20,6 +20,7 @@ from gateway.jobs.db import (
     write_failure,
     write_object,
     write_objects,
+    write_release,
     write_transition,
     write_wake,
 )
@@ -151,4 +152,18 @@ def test_reads_queue_length_next_retry_counts_and_orphans(tmp_path: Path) -> Non
     # An actor that takes only "queued": the due "working" object is an orphan.
     assert read_orphans(conn, PROBE.table, ("queued",), now) == {"working": 1}
     assert read_orphans(conn, PROBE.table, (), now) == {"queued": 5, "working": 1}
+    conn.close()
+
+
+def test_release_gives_back_a_lease_only_while_it_holds(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "jobs.sqlite3")
+    create_schema(conn, [PROBE])
+    now = utcnow()
+    write_object(conn, PROBE, now)
+    obj = write_claim(conn, PROBE, ACTIVE, now, 60.0, "me")
+    assert obj is not None
+    assert write_release(conn, obj, now)
+    released = read_object(conn, PROBE, obj.id)
+    assert (released.retry_at, released.lease_owner) == (format_time(now), None)
+    assert not write_release(conn, obj, now)  # the lease it held is gone
     conn.close()
