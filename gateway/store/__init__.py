@@ -13,7 +13,10 @@ Modules, one concept each:
 - :mod:`~gateway.store.framing`   strict "is this record whole?" scanner
 - :mod:`~gateway.store.verify`    framing + warcio digests of one file
 - :mod:`~gateway.store.recovery`  start-up recovery
-- :mod:`~gateway.store.importer`  ``store add``
+- :mod:`~gateway.store.importer`  verify and copy one WARC file in (``store add``'s steps)
+- :mod:`~gateway.store.online_import`  the ``import`` actor type: ``store add`` while serving
+- :mod:`~gateway.store.scrub`     the ``scrub`` actor type: closed files verified again
+- :mod:`~gateway.store.store_actor`  the base of the store's actor types
 - :mod:`~gateway.store.check`     ``store check``
 - :mod:`~gateway.store.repair`    ``store repair``
 - :mod:`~gateway.store.layout`    directory layout, file names, the store lock

@@ -43,7 +43,7 @@ from gateway.jobs.db import create_schema as create_jobs_schema
 from gateway.store.indexing import FULL_RECORD_TYPES, IndexRow, extra_from_json, extra_to_json
 from gateway.store.layout import OPEN_SUFFIX
 
-__all__ = ["FileRow", "IndexDB", "Origin", "ReaderPool", "StoredRow"]
+__all__ = ["Access", "FileRow", "IndexDB", "Origin", "ReaderPool", "StoredRow"]
 
 Origin = Literal["written", "imported", "found"]
 

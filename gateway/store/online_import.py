@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from gateway.jobs.actors import ActorType, JobContext, WorkCancelled, in_thread
+from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
 from gateway.jobs.db import JobObject, JobsDB, Value, read_object, utcnow, write_objects
 from gateway.jobs.hooks import Hooks
 from gateway.jobs.model import ObjectType
@@ -47,6 +47,7 @@ from gateway.store.importer import prepare_import, sha256_of
 from gateway.store.layout import OPEN_SUFFIX, Layout, fsync_dir, is_warc_name
 from gateway.store.recovery import index_tail
 from gateway.store.scrub import write_scrub_object
+from gateway.store.store_actor import StoreActorType
 
 __all__ = [
     "IMPORT",
@@ -241,7 +242,7 @@ def _remove_staged(staged: Path) -> None:
 
 
 # --------------------------------------------------------------------- the actor
-class ImportActor(ActorType):
+class ImportActor(StoreActorType):
     """Ticks import objects: ``queued`` (verify and copy), ``copied`` (link and index)."""
 
     name = "import"
@@ -253,21 +254,9 @@ class ImportActor(ActorType):
     backoff_max_s = 600.0
     max_attempts = 5
     give_up_state = "failed"
-
-    def __init__(
-        self,
-        ctx: JobContext,
-        *,
-        number: int = 1,
-        max_tick_s: float | None = None,
-        where: tuple[str, Sequence[Value]] | None = None,
-        progress: Progress | None = None,
-    ) -> None:
-        super().__init__(ctx, number=number, max_tick_s=max_tick_s, where=where)
-        self.layout = Layout(ctx.store_root)
-        #: ``progress(n)``: ``n`` more bytes verified or copied (``store add`` draws it).
-        self.progress = progress
-        self._index: IndexDB | None = None
+    index_access = "write"
+    #: ``progress(n)``: ``n`` more bytes verified or copied (``store add`` draws it).
+    progress: Progress | None = None
 
     @classmethod
     def limits(cls, settings: JobsSettings) -> tuple[int, float]:
@@ -290,19 +279,6 @@ class ImportActor(ActorType):
                 obj = None
             if obj is None or obj.retry_at is None:
                 await asyncio.to_thread(_remove_staged, path)
-
-    async def on_startup(self) -> None:
-        self._index = await asyncio.to_thread(IndexDB, self.layout.db_path)
-
-    async def on_shutdown(self) -> None:
-        if self._index is not None:
-            index, self._index = self._index, None
-            await asyncio.to_thread(index.close)
-
-    @property
-    def index(self) -> IndexDB:
-        assert self._index is not None, "the actor has not started"
-        return self._index
 
     async def tick(self, obj: JobObject) -> None:
         if obj.status == "queued":
@@ -418,7 +394,8 @@ async def add_files(
         )
         reported: set[int] = set()
         while True:
-            actor = ImportActor(ctx, where=("batch = ?", [batch]), progress=progress)
+            actor = ImportActor(ctx, where=("batch = ?", [batch]))
+            actor.progress = progress
             await actor.run()
             objects = await db.call(read_batch, batch)
             for obj in objects:

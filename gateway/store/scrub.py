@@ -35,7 +35,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Final
@@ -43,7 +43,7 @@ from typing import IO, Final
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
-from gateway.jobs.actors import ActorType, JobContext, WorkCancelled, in_thread
+from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
 from gateway.jobs.db import JobObject, Value, format_time, utcnow, write_objects
 from gateway.jobs.model import ObjectType
 from gateway.jobs.settings import JobsSettings
@@ -52,6 +52,7 @@ from gateway.store.db import FileRow, IndexDB
 from gateway.store.framing import Frame, FramingError, scan_frames
 from gateway.store.indexing import RangeReader
 from gateway.store.layout import Layout
+from gateway.store.store_actor import StoreActorType
 from gateway.store.verify import FileVerdict, drain, record_info
 
 __all__ = [
@@ -258,7 +259,7 @@ def _summary(file_name: str, records: int, problems: list[dict[str, object]]) ->
 
 
 # --------------------------------------------------------------------- the actor
-class ScrubActor(ActorType):
+class ScrubActor(StoreActorType):
     """Verifies closed WARC files a time-boxed chunk at a time (see the module docstring)."""
 
     name = "scrub"
@@ -269,18 +270,10 @@ class ScrubActor(ActorType):
     backoff_base_s = 10.0
     backoff_max_s = 3600.0
 
-    def __init__(
-        self,
-        ctx: JobContext,
-        *,
-        number: int = 1,
-        max_tick_s: float | None = None,
-        where: tuple[str, Sequence[Value]] | None = None,
-    ) -> None:
-        super().__init__(ctx, number=number, max_tick_s=max_tick_s, where=where)
-        self.layout = Layout(ctx.store_root)
-        self.interval_s = ctx.settings.scrub_interval_days * 86_400.0
-        self._index: IndexDB | None = None
+    @property
+    def interval_s(self) -> float:
+        """How long after a pass the next one is due (``scrub_interval_days``)."""
+        return self.ctx.settings.scrub_interval_days * 86_400.0
 
     @classmethod
     def limits(cls, settings: JobsSettings) -> tuple[int, float]:
@@ -292,19 +285,6 @@ class ScrubActor(ActorType):
         added = await ctx.db.call(write_scrub_backfill, utcnow())
         if added:
             logger.info("scrub: %d file(s) to verify were not yet scheduled", added)
-
-    async def on_startup(self) -> None:
-        self._index = await asyncio.to_thread(IndexDB, self.layout.db_path, access="read")
-
-    async def on_shutdown(self) -> None:
-        if self._index is not None:
-            index, self._index = self._index, None
-            await asyncio.to_thread(index.close)
-
-    @property
-    def index(self) -> IndexDB:
-        assert self._index is not None, "the actor has not started"
-        return self._index
 
     async def tick(self, obj: JobObject) -> None:
         file = await asyncio.to_thread(self.index.file_by_name, str(obj["file_name"]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = [
     "get_json",
     "jobs_config",
     "run_env",
+    "run_gateway",
     "start_serve",
     "start_worker",
 ]
@@ -39,6 +41,21 @@ READY_LINE: Final = "jobs: orchestrator running"
 def run_env() -> dict[str, str]:
     """The environment of the child processes: the repository importable."""
     return dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+
+
+def run_gateway(
+    *args: str, cwd: Path, timeout_s: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """``python -m gateway.cli ARGS...`` run to its end (output captured as text)."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli", *args],
+        cwd=cwd,
+        env=run_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 def jobs_config(root: Path, *, plugins: tuple[str, ...] = ("tests.jobs.probe_plugin",)) -> str:

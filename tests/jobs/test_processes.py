@@ -20,8 +20,6 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -47,6 +45,7 @@ from tests.jobs.process_support import (
     get_json,
     jobs_config,
     run_env,
+    run_gateway,
     start_serve,
     start_worker,
 )
@@ -211,24 +210,13 @@ def test_gateway_jobs_reports_states_in_text_and_json(tmp_path: Path) -> None:
         (format_time(utcnow()),),
     )
     conn.close()
-    argv = [sys.executable, "-m", "gateway.cli", "jobs", "--config", str(config)]
-    text = subprocess.run(
-        argv, cwd=tmp_path, env=run_env(), capture_output=True, text=True, timeout=60, check=False
-    )
+    text = run_gateway("jobs", "--config", str(config), cwd=tmp_path)
     assert text.returncode == 0, text.stderr
     assert "probe: a test object: work, then finish" in text.stdout
     assert "queued 3, working 0, done 0, failed 1" in text.stdout
     assert "due now: 3" in text.stdout
     assert "RuntimeError: boom" in text.stdout
-    as_json = subprocess.run(
-        [*argv, "--json"],
-        cwd=tmp_path,
-        env=run_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    as_json = run_gateway("jobs", "--config", str(config), "--json", cwd=tmp_path)
     assert as_json.returncode == 0, as_json.stderr
     report = json.loads(as_json.stdout)
     probe = report["types"]["probe"]
@@ -240,29 +228,13 @@ def test_gateway_jobs_reports_states_in_text_and_json(tmp_path: Path) -> None:
 def test_a_missing_store_and_a_bad_plugin_are_clear_errors(tmp_path: Path) -> None:
     missing = tmp_path / "missing.yaml"
     missing.write_text(jobs_config(tmp_path / "nowhere", plugins=()))
-    run = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "jobs", "--config", str(missing)],
-        cwd=tmp_path,
-        env=run_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    run = run_gateway("jobs", "--config", str(missing), cwd=tmp_path)
     assert (run.returncode, run.stdout) == (2, "")
     assert f"gateway jobs: no store at {tmp_path / 'nowhere'}" in run.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text(jobs_config(tmp_path / "archive", plugins=("tests.jobs.probe_plugin", "nope")))
     for command in ("worker", "jobs", "serve"):
-        run = subprocess.run(
-            [sys.executable, "-m", "gateway.cli", command, "--config", str(bad)],
-            cwd=tmp_path,
-            env=run_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        run = run_gateway(command, "--config", str(bad), cwd=tmp_path)
         assert run.returncode == 2, run.stderr
         assert "jobs.plugins[1]: no plugin 'nope'" in run.stderr
         assert "Traceback" not in run.stderr

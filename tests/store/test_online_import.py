@@ -11,7 +11,6 @@ import hashlib
 import http.client
 import shutil
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,7 +26,7 @@ from tests.jobs.process_support import (
     Process,
     get_json,
     jobs_config,
-    run_env,
+    run_gateway,
     start_serve,
     start_worker,
 )
@@ -46,26 +45,8 @@ def _config(tmp_path: Path) -> Path:
 def _store_add(
     config: Path, *files: Path, extra: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "store",
-            "add",
-            "--config",
-            str(config),
-            "--no-progress",
-            *extra,
-            *map(str, files),
-        ],
-        cwd=config.parent,
-        env=run_env(),
-        capture_output=True,
-        text=True,
-        timeout=DONE_WITHIN_S,
-        check=False,
-    )
+    args = ["store", "add", "--config", str(config), "--no-progress", *extra, *map(str, files)]
+    return run_gateway(*args, cwd=config.parent, timeout_s=DONE_WITHIN_S)
 
 
 async def _load(port: int, stop: asyncio.Event, statuses: Counter[int]) -> None:

@@ -12,8 +12,6 @@ import json
 import logging
 import os
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -44,7 +42,7 @@ from gateway.store.scrub import SCRUB, ScrubActor, verify_chunk
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
 from gateway.store.verify import verify_file
-from tests.jobs.process_support import jobs_config, run_env, start_worker
+from tests.jobs.process_support import jobs_config, run_gateway, start_worker
 from tests.store.store_support import make_capture, read_all_records
 
 DONE_WITHIN_S = 60.0
@@ -311,15 +309,7 @@ def test_a_worker_scrubs_and_gateway_jobs_shows_the_damage(tmp_path: Path) -> No
         worker.stop()
     assert worker.proc.returncode == 0, worker.describe()
     assert f"offset {offset}" in worker.logs()
-    run = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "jobs", "--config", str(config), "--json"],
-        cwd=tmp_path,
-        env=run_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    run = run_gateway("jobs", "--config", str(config), "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     scrub = json.loads(run.stdout)["types"]["scrub"]
     assert scrub["states"]["damaged"] == 1
