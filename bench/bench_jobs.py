@@ -18,6 +18,8 @@ database in a temporary directory, WAL mode, as the store's):
   ``queued -> done``, shielded, hooks called), and finished. The clock runs
   from the orchestrator's start until the last transition's end hook.
   Objects/s; each object is two writes (the claim and the transition).
+  Each row also gives objects per second of the process's CPU time: what
+  one full core does, whatever share of the cores the run got.
 - **idle CPU**: a real ``gateway worker`` process (built-in actor types, an
   empty store), its CPU time over ``--idle-s`` seconds after it settled
   (``/proc/PID/stat``), at the default ``poll_s`` 1.0 and at 0.1.
@@ -42,7 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -123,22 +126,39 @@ def _new_db(directory: Path, objects: int) -> Path:
 
 
 # --------------------------------------------------------------------------- floor
-def run_floor(objects: int) -> float:
-    """Objects/s of the bare claim + transition loop (one thread, no event loop)."""
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """Objects per second of wall-clock time, and per second of the process's CPU time.
+
+    The second says what one full core does: on this shared VM, other
+    processes take the cores away from the run at times, which the first
+    counts and the second does not.
+    """
+
+    wall: float
+    cpu: float
+
+
+def _rate(objects: int, wall_s: float, cpu_s: float) -> Rate:
+    return Rate(objects / wall_s, objects / cpu_s)
+
+
+def run_floor(objects: int) -> Rate:
+    """The bare claim + transition loop (one thread, no event loop)."""
     with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp:
         conn = connect(_new_db(Path(tmp), objects))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         done = 0
         while (obj := write_claim(conn, NOOP, ("queued",), utcnow(), 60.0, "floor")) is not None:
             done += write_transition(conn, obj, _TRANSITION, utcnow(), retry_at=None)
-        elapsed = time.perf_counter() - start
+        rate = _rate(objects, time.perf_counter() - start, time.process_time() - cpu)
         conn.close()
     assert done == objects, (done, objects)
-    return objects / elapsed
+    return rate
 
 
 # ----------------------------------------------------------------------- machinery
-async def _machinery(objects: int, actors: int) -> float:
+async def _machinery(objects: int, actors: int) -> Rate:
     with tempfile.TemporaryDirectory(prefix="bench-jobs-") as tmp:
         db = JobsDB(_new_db(Path(tmp), objects), [NOOP])
         await db.open()
@@ -150,27 +170,27 @@ async def _machinery(objects: int, actors: int) -> float:
             db=db, hooks=hooks, settings=JobsSettings(), store_root=Path(tmp), owner="bench"
         )
         orchestrator = Orchestrator(ctx, [actor_type])
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         task = asyncio.get_running_loop().create_task(orchestrator.run())
         await finish.done.wait()
-        elapsed = time.perf_counter() - start
+        rate = _rate(objects, time.perf_counter() - start, time.process_time() - cpu)
         orchestrator.stop()
         await task
         await db.close()
-    return objects / elapsed
+    return rate
 
 
-def _run_loop(coro: Coroutine[Any, Any, float]) -> float:
+def _run_loop(coro: Coroutine[Any, Any, Rate]) -> Rate:
     try:
         import uvloop
     except ImportError:
         return asyncio.run(coro)
-    result: float = uvloop.run(coro)
+    result: Rate = uvloop.run(coro)
     return result
 
 
-def run_machinery(objects: int, actors: int) -> float:
-    """Objects/s through the orchestrator and ``actors`` no-op actors."""
+def run_machinery(objects: int, actors: int) -> Rate:
+    """Through the orchestrator and ``actors`` no-op actors."""
     return _run_loop(_machinery(objects, actors))
 
 
@@ -236,11 +256,6 @@ def instructions(kind: str, small: int = 200, large: int = 1200) -> float:
 
 
 # ---------------------------------------------------------------------------- main
-def _median_of(runs: int, fn: Callable[[], float]) -> tuple[float, float, float]:
-    values = [fn() for _ in range(runs)]
-    return statistics.median(values), min(values), max(values)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--objects", type=int, default=5000)
@@ -257,27 +272,32 @@ def main(argv: list[str] | None = None) -> int:
     print_machine(machine())
     busy = wait_quiet(args.quiet_wait)
     print(f"# other load before the runs: {busy:.2f} core(s)")
-    results: dict[str, list[float]] = {"floor": []}
+    results: dict[str, list[Rate]] = {"floor": []}
     for actors in args.actors:
         results[f"machinery, {actors} actor(s)"] = []
     for _ in range(args.repeat):  # interleaved: drift of the machine hits every row alike
         results["floor"].append(run_floor(args.objects))
         for actors in args.actors:
             results[f"machinery, {actors} actor(s)"].append(run_machinery(args.objects, actors))
-    floor = statistics.median(results["floor"])
+    floor_wall = statistics.median(r.wall for r in results["floor"])
+    floor_cpu = statistics.median(r.cpu for r in results["floor"])
     rows = []
-    for name, values in results.items():
-        median = statistics.median(values)
+    for name, rates in results.items():
+        wall = [r.wall for r in rates]
+        cpu = statistics.median(r.cpu for r in rates)
         rows.append(
             [
                 name,
-                f"{median:,.0f}",
-                f"{min(values):,.0f}-{max(values):,.0f}",
-                f"{median / floor:.2f}",
+                f"{statistics.median(wall):,.0f}",
+                f"{min(wall):,.0f}-{max(wall):,.0f}",
+                f"{statistics.median(wall) / floor_wall:.2f}",
+                f"{cpu:,.0f}",
+                f"{cpu / floor_cpu:.2f}",
             ]
         )
     print(f"\n{args.objects} no-op objects per run, median of {args.repeat} runs\n")
-    print(markdown_table(["row", "objects/s", "range", "/ floor"], rows))
+    header = ["row", "objects/s", "range", "/ floor", "objects per CPU-s", "/ floor"]
+    print(markdown_table(header, rows))
     idle = [
         [f"gateway worker idle, poll_s {poll_s:g}", f"{idle_cpu(args.idle_s, poll_s):.3f}%"]
         for poll_s in (1.0, 0.1)
