@@ -1,6 +1,7 @@
 """Benchmark: CPU instructions per request, the gateway vs pywb 2.10, under callgrind.
 
     python -m bench.bench_instructions [--requests 1000] [--connections 16] [--only ROW...]
+                                       [--gateway-only] [--access-log]
 
 The wall-clock benchmarks (``bench_gateway.py``) vary by 20-35% from run to
 run on a shared VM. This one counts what does not vary: each server runs
@@ -132,6 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1000, help="measured requests per row")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--only", nargs="*", help="run only rows whose name starts with these")
+    parser.add_argument(
+        "--gateway-only", action="store_true", help="measure the gateway alone (no pywb)"
+    )
+    parser.add_argument(
+        "--access-log", action="store_true", help="the gateway with its access log on"
+    )
     args = parser.parse_args(argv)
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
@@ -144,7 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def gateway(prefix: Sequence[str]) -> Server:
             return start_gateway(
-                gateway_yaml(), out_dir, prefix=prefix, startup_timeout_s=_STARTUP_TIMEOUT_S
+                gateway_yaml(),
+                out_dir,
+                prefix=prefix,
+                startup_timeout_s=_STARTUP_TIMEOUT_S,
+                access_log=args.access_log,
             )
 
         def pywb(prefix: Sequence[str]) -> Server:
@@ -153,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
 
         ours = _measure(gateway, "gateway", workload, out_dir, args.requests, args.connections)
+        if args.gateway_only:
+            return 0
         theirs = _measure(pywb, "pywb", workload, out_dir, args.requests, args.connections)
     table = [
         [

@@ -286,16 +286,21 @@ def start_gateway(
     *,
     prefix: Sequence[str] = (),
     startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    access_log: bool = False,
 ) -> Server:
     """``python -m gateway.cli serve`` on a free port; ready when ``/_health`` answers 200.
 
     ``prefix`` is put before the command (``valgrind --tool=callgrind ...``).
+    ``access_log`` turns the gateway's access log on (off by default, as
+    pywb runs here with ``log=None``).
     """
     config = workdir / f"{name}.yaml"
     config.write_text(config_yaml, "utf-8")
     port = free_port()
     argv = [*prefix, sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
     argv += ["--host", HOST, "--port", str(port)]
+    if access_log:
+        argv.append("--access-log")
     server = Server(name, argv, workdir, port, startup_timeout_s=startup_timeout_s)
     server.wait_ready(lambda p: (http_get(p, "/_health") or (0, b""))[0] == 200)
     return server

@@ -41,6 +41,7 @@ from gateway.errors import (
 )
 from gateway.fuzzy import FUZZY_FIELD, FuzzyRules, Widened
 from gateway.loaders.base import ResourceLoader
+from gateway.metrics import ServedStats
 from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource
 
@@ -119,7 +120,8 @@ class Breaker:
     unavailability, skip the member for ``cooldown_s`` seconds (or the
     upstream ``Retry-After``, when longer).
 
-    State is visible on the status endpoint through :meth:`state`.
+    State is visible on the status endpoint through :meth:`state`; the
+    lookups it saw, by outcome, on ``/metrics`` through :meth:`lookups`.
     """
 
     threshold: int = 3
@@ -127,11 +129,16 @@ class Breaker:
     failures: int = 0
     open_until: float = 0.0
     last_reason: str = ""
+    ok: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    skipped: int = 0
 
     def check(self, name: str) -> None:
         """Raise :class:`SourceSkipped` while the breaker is open."""
         remaining = self.open_until - time.monotonic()
         if remaining > 0:
+            self.skipped += 1
             raise SourceSkipped(
                 name,
                 f"skipped by circuit breaker for {remaining:.1f} s more "
@@ -139,16 +146,36 @@ class Breaker:
             )
 
     def record_success(self) -> None:
+        self.ok += 1
         self.failures = 0
         self.open_until = 0.0
 
-    def record_failure(self, reason: str, retry_after_s: float | None = None) -> None:
+    def record_failure(
+        self, reason: str, retry_after_s: float | None = None, *, timed_out: bool = False
+    ) -> None:
+        if timed_out:
+            self.timeouts += 1
+        else:
+            self.errors += 1
         self.failures += 1
         self.last_reason = reason
         if retry_after_s is not None and retry_after_s > 0:
             self.open_until = time.monotonic() + max(retry_after_s, 0.0)
         elif self.failures >= self.threshold:
             self.open_until = time.monotonic() + self.cooldown_s
+
+    def is_open(self) -> bool:
+        """True while the member is skipped."""
+        return self.open_until > time.monotonic()
+
+    def lookups(self) -> dict[str, int]:
+        """Lookups seen so far by outcome: ``ok``, ``error``, ``timeout``, ``skipped``."""
+        return {
+            "ok": self.ok,
+            "error": self.errors,
+            "timeout": self.timeouts,
+            "skipped": self.skipped,
+        }
 
     def state(self) -> dict[str, object]:
         """``{"state": "closed"|"open", "failures": int, "retry_in_s": float, ...}``."""
@@ -192,8 +219,13 @@ class IndexGroup:
             return [(i, m) for i, m in indexed if m.name not in wanted]
         return [(i, m) for i, m in indexed if m.name in wanted]
 
-    async def lookup(self, query: CaptureQuery) -> Lookup:
+    async def lookup(self, query: CaptureQuery, *, deadline: float | None = None) -> Lookup:
         """Query the selected members; see the module docstring for order and errors.
+
+        ``deadline`` (event-loop time) bounds every member; without one it is
+        ``timeout_s`` from now. A fuzzy retry passes the exact lookup's, so
+        one request waits at most ``timeout_s`` on a member whatever path
+        it takes.
 
         Members that read local files (their answer is a
         :class:`~gateway.cdxops.LocalScan`) are started at once in the calling
@@ -202,11 +234,12 @@ class IndexGroup:
         long scan) goes on in a task under the same deadline as the others.
         """
         selected = self.select(query)
+        if deadline is None:
+            deadline = self.deadline()
         if len(selected) == 1:
-            return await self._lookup_one(selected[0][1], query)
+            return await self._lookup_one(selected[0][1], query, deadline)
         results: dict[int, list[CdxRecord]] = {}
         errors: dict[str, str] = {}
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
 
         async def run(position: int, member: IndexSource, work: Awaitable[list[CdxRecord]]) -> None:
             try:
@@ -255,6 +288,10 @@ class IndexGroup:
         failed_all = bool(selected) and len(errors) == len(selected)
         return Lookup(cdxops.RecordList(merged), errors, failed_all, first, outcomes)
 
+    def deadline(self) -> float:
+        """The event-loop time ``timeout_s`` from now: a lookup's deadline."""
+        return asyncio.get_running_loop().time() + self.timeout_s
+
     def _fail(self, member: IndexSource, exc: BaseException) -> SourceError:
         breaker = self.breakers[member.name]
         if isinstance(exc, SourceSkipped):
@@ -263,7 +300,7 @@ class IndexGroup:
             error: SourceError = SourceUnavailable(
                 member.name, f"timeout after {self.timeout_s:g} s"
             )
-            breaker.record_failure(error.reason)
+            breaker.record_failure(error.reason, timed_out=True)
             return error
         assert isinstance(exc, SourceError)
         retry_after = exc.retry_after_s if isinstance(exc, SourceUnavailable) else None
@@ -282,7 +319,9 @@ class IndexGroup:
         self.breakers[member.name].record_success()
         return collected
 
-    async def _lookup_one(self, member: IndexSource, query: CaptureQuery) -> Lookup:
+    async def _lookup_one(
+        self, member: IndexSource, query: CaptureQuery, deadline: float
+    ) -> Lookup:
         breaker = self.breakers[member.name]
         try:
             breaker.check(member.name)
@@ -290,7 +329,8 @@ class IndexGroup:
             return _failed(member.name, exc.reason)
         stream = cdxops.process(member.lookup(query), query, tag=member.name)
         try:
-            first = await _first_within(stream, self.timeout_s)
+            remaining_s = max(deadline - asyncio.get_running_loop().time(), 0.0)
+            first = await _first_within(stream, remaining_s)
         except (TimeoutError, SourceError) as exc:
             await stream.aclose()
             return _failed(member.name, self._fail(member, exc).reason)
@@ -368,6 +408,7 @@ class Step:
     ``recorder`` is set when the step or one of its members has ``record: true``;
     ``load_timeout_s`` bounds loading one capture's record (its headers, and
     for remote and live captures the spooled payload) before the next is tried.
+    ``served`` counts the records sent from this step's captures (``/metrics``).
     """
 
     name: str
@@ -375,6 +416,7 @@ class Step:
     loaders: list[ResourceLoader]
     recorder: Recorder | None = None
     load_timeout_s: float = 30.0
+    served: ServedStats = field(default_factory=ServedStats)
 
     async def aclose(self) -> None:
         if self.recorder is not None:
@@ -408,13 +450,16 @@ class Collection:
         A step that is empty or failed falls through to the next (unlike pywb,
         whose Index API stops at the first step of a sequence). When no step
         has a capture, the steps are asked again, in order, for the fuzzy
-        lookup (:meth:`widen`); its captures carry ``is_fuzzy``.
+        lookup (:meth:`widen`), each under the deadline of its exact lookup;
+        its captures carry ``is_fuzzy``.
         """
         errors: dict[str, str] = {}
         outcomes: dict[str, str] = {}
         failed_all = True
+        deadlines: list[float] = []  # each step's, shared by its fuzzy retry
         for step in self.steps:
-            answer = await step.index.lookup(query)
+            deadlines.append(step.index.deadline())
+            answer = await step.index.lookup(query, deadline=deadlines[-1])
             errors.update(answer.errors)
             outcomes.update(answer.outcomes)
             if answer.first is not None:
@@ -430,8 +475,8 @@ class Collection:
             )
         widened = self.widen(query)
         if widened is not None:
-            for step in self.steps:
-                answer = await fuzzy_lookup(step.index, widened)
+            for step, deadline in zip(self.steps, deadlines, strict=True):
+                answer = await fuzzy_lookup(step.index, widened, deadline=deadline)
                 errors.update(answer.errors)
                 if answer.first is not None:
                     answer.errors = errors
@@ -444,14 +489,19 @@ class Collection:
             await step.aclose()
 
 
-async def fuzzy_lookup(index: IndexGroup, widened: Widened) -> Lookup:
+async def fuzzy_lookup(
+    index: IndexGroup, widened: Widened, *, deadline: float | None = None
+) -> Lookup:
     """``index``'s answer to a widened lookup: the captures ``widened`` accepts.
+
+    ``deadline``: the exact lookup's (:meth:`IndexGroup.lookup`), so the
+    retry does not wait on a member past it.
 
     At most the original query's limit of them, each marked ``is_fuzzy: "1"``
     (pywb ``FuzzyMatcher.get_fuzzy_iter``). ``first`` is None when none is
     accepted; errors and outcomes are the widened lookup's.
     """
-    answer = await index.lookup(widened.query)
+    answer = await index.lookup(widened.query, deadline=deadline)
     if answer.first is None:
         return answer
     accepted = _Accepted(answer, widened)

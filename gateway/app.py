@@ -14,38 +14,36 @@ CPU of a one-line lookup, measured with callgrind).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from time import perf_counter
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from gateway.aggregate import Collection, IndexGroup, Step
-from gateway.api.common import ERRORS_HEADER, errors_header_value
+from gateway.api.common import ERRORS_HEADER, client_left, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
-from gateway.api.index import ia_cdx_handler, index_handler
-from gateway.api.jobs import JOBS, jobs_handler
-from gateway.api.memento import (
-    memento_handler,
-    timegate_handler,
-    timemap_handler,
-    wayback_timegate_handler,
-)
-from gateway.api.resource import POST_ROUTES, resource_handler
-from gateway.api.status import health_handler, root_handler, status_handler
+from gateway.cdxj import canonical_urlkey
 from gateway.clients import SharedClients
 from gateway.config import CollectionConfig, GatewayConfig
 from gateway.errors import ConfigError, GatewayError
-from gateway.jobs.service import JobsService
-from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, TIMEMAP_PAGE_SIZE
+from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, METRICS, READINESS, TIMEMAP_PAGE_SIZE
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.resolvers import RESOLVER_TYPES
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
-from gateway.recording import Recorder
+from gateway.logfilter import install as install_bad_request_log_filter
+from gateway.metrics import CLIENT_LEFT_STATUS, Metrics, RouteStats
+from gateway.readiness import Readiness
 from gateway.sources import SOURCE_TYPES
 from gateway.sources.base import IndexSource
-from gateway.store import Store
+
+if TYPE_CHECKING:
+    from gateway.jobs.service import JobsService
+    from gateway.recording import Recorder
 
 __all__ = ["build_collection", "build_collections", "create_app"]
 
@@ -92,8 +90,10 @@ def build_collection(config: CollectionConfig, clients: SharedClients) -> Collec
         recording = frozenset(
             name for name, spec in step_config.members if spec.record or step_config.record
         )
-        recorder = None
+        recorder: Recorder | None = None
         if recording:
+            from gateway.recording import Recorder
+
             recorder = Recorder(
                 clients=clients,
                 members=recording,
@@ -109,23 +109,40 @@ def build_collections(config: GatewayConfig, clients: SharedClients) -> dict[str
     return {name: build_collection(coll, clients) for name, coll in config.collections.items()}
 
 
-def api_route(handler: Handler) -> Handler:
-    """``handler`` with the API's error rendering and CORS headers.
+def api_route(handler: Handler, stats: RouteStats) -> Handler:
+    """``handler`` with the API's error rendering, CORS headers and request counters.
 
     :class:`~gateway.errors.GatewayError` becomes its JSON answer (logged
     when it is a 5xx), an HTTP error (``web.HTTPException`` of status 400 or
     more) a JSON ``{"message": ...}`` keeping its ``Allow`` header: never a
-    traceback. Every answer returned unsent gets the CORS headers (a handler
-    that streams adds them before ``prepare``).
+    traceback. A client that left before the answer started (a
+    ``ConnectionError`` on its own connection) is logged at DEBUG
+    (:func:`~gateway.api.common.client_left`), never as an error. Every
+    answer returned unsent gets the CORS headers (a handler that streams
+    adds them before ``prepare``). Each answer is counted in ``stats``
+    (:mod:`gateway.metrics`) with its status and the handler's time; a
+    handler cancelled because its client left, or whose client left before
+    the answer started, counts as 499.
     """
 
     @functools.wraps(handler)
     async def route(request: web.Request) -> web.StreamResponse:
+        start = perf_counter()
         try:
             response = await handler(request)
+        except ConnectionError:
+            transport = request.transport
+            if transport is not None and not transport.is_closing():
+                raise  # not the client's connection: a bug, answered 500 and logged
+            # The client left before the answer started (e.g. during the lookup).
+            client_left(request)
+            stats.observe(CLIENT_LEFT_STATUS, perf_counter() - start)
+            return web.Response(status=CLIENT_LEFT_STATUS, reason="Client Closed Request")
         except GatewayError as exc:
             if exc.status >= 500:
-                logger.error("%s %s -> %d: %s", request.method, request.path_qs, exc.status, exc)
+                logger.error(
+                    "%s %s -> %d: %s", request.method, _shown(request.path_qs), exc.status, exc
+                )
             headers = {ERRORS_HEADER: errors_header_value(exc.errors)} if exc.errors else {}
             response = web.json_response(
                 exc.to_json(), status=exc.status, headers=headers, dumps=_dumps
@@ -133,14 +150,22 @@ def api_route(handler: Handler) -> Handler:
         except web.HTTPException as exc:
             if exc.status < 400:
                 add_cors_headers(exc)
+                stats.observe(exc.status, perf_counter() - start)
                 raise
             response = web.json_response(
-                {"message": f"{exc.reason}: {request.method} {request.path}"},
+                {"message": f"{exc.reason}: {request.method} {_shown(request.path)}"},
                 status=exc.status,
                 headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
             )
+        except asyncio.CancelledError:
+            stats.observe(CLIENT_LEFT_STATUS, perf_counter() - start)
+            raise
+        except Exception:
+            stats.observe(500, perf_counter() - start)  # aiohttp answers 500 and logs it
+            raise
         if not response.prepared:
             add_cors_headers(response)
+        stats.observe(response.status, perf_counter() - start)
         return response
 
     return route
@@ -161,6 +186,11 @@ async def _no_route(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
+def _shown(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters: client input is never echoed at length."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _dumps(obj: object) -> str:
     return json.dumps(obj, indent=None)
 
@@ -179,27 +209,62 @@ def create_app(
     start-up). The jobs service starts after the store opens (its recovery
     done) and stops before it closes.
     """
+    # The API's handlers are imported here, not with this module: building
+    # collections (gateway check-config) needs none of them.
+    from gateway.api.index import ia_cdx_handler, index_handler
+    from gateway.api.jobs import jobs_handler
+    from gateway.api.memento import (
+        memento_handler,
+        timegate_handler,
+        timemap_handler,
+        wayback_timegate_handler,
+    )
+    from gateway.api.modes import list_sources_handler, modes_handler
+    from gateway.api.openapi import openapi_handler
+    from gateway.api.pages import collection_page
+    from gateway.api.resource import POST_ROUTES, resource_handler
+    from gateway.api.status import (
+        health_handler,
+        metrics_handler,
+        ready_handler,
+        root_handler,
+        status_handler,
+    )
+
+    install_bad_request_log_filter()  # aiohttp's own 400s: one INFO line, no traceback
     clients = clients or SharedClients(config.client)
     if collections is None:
         collections = build_collections(config, clients)
+    canonical_urlkey("http://example.com/")  # imports surt now, not during the first request
     if jobs is None:
+        from gateway.jobs.service import JobsService
+
         jobs = JobsService.from_config(config, role="serve")
     app = web.Application()
     app[CONFIG] = config
     app[CLIENTS] = clients
     app[COLLECTIONS] = collections
     app[TIMEMAP_PAGE_SIZE] = config.memento.timemap_page_size
+    metrics = app[METRICS] = Metrics()
+    readiness = app[READINESS] = Readiness()
     app[JOBS] = jobs
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         shared = app[CLIENTS]
         await shared.start()
         if config.uses_store and shared.store is None:
-            shared.store = await Store.open(config.store)
+            readiness.block("store", "the snapshot store is opening (recovery)")
+            from gateway.store import Store
+
+            records = any(coll.records for coll in config.collections.values())
+            shared.store = await Store.open(config.store, mode="write" if records else "shared")
+            readiness.clear("store")
+        readiness.clear("startup")
         try:
             await app[JOBS].start()
             yield
         finally:
+            readiness.block("shutdown", "the app is stopping")
             await app[JOBS].stop()
             for collection in app[COLLECTIONS].values():
                 await collection.aclose()
@@ -213,21 +278,36 @@ def create_app(
         ("GET", "/", root_handler),
         ("GET", "/_status", status_handler),
         ("GET", "/_health", health_handler),
+        ("GET", "/_ready", ready_handler),
         ("GET", "/_jobs", jobs_handler),
+        ("GET", "/metrics", metrics_handler),
+        ("GET", "/openapi.json", openapi_handler),
         ("GET", "/{coll}/index", index_handler),
         ("GET", "/{coll}/cdx", ia_cdx_handler),  # IA CDX server dialect
         ("GET", "/{coll}/resource", resource_handler),  # GET also answers HEAD
         *POST_ROUTES,  # post-request API and direct POSTs
         # Memento (RFC 7089); GET also answers HEAD
-        ("GET", "/{coll}/timegate/{url:.*}", timegate_handler),
-        ("GET", "/{coll}/timemap/{format}/{url:.*}", timemap_handler),
-        ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:.*}", memento_handler),
-        ("GET", "/{coll}/{url:[hH][tT][tT][pP][sS]?:.*}", wayback_timegate_handler),
+        # ({url} takes any character, an encoded newline too: [\s\S], not .)
+        ("GET", r"/{coll}/timegate/{url:[\s\S]*}", timegate_handler),
+        ("GET", r"/{coll}/timemap/{format}/{url:[\s\S]*}", timemap_handler),
+        ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:[\s\S]*}", memento_handler),
+        ("GET", r"/{coll}/{url:[hH][tT][tT][pP][sS]?:[\s\S]*}", wayback_timegate_handler),
+        # pywb warcserver's mode listing and source list
+        ("GET", "/{coll}", modes_handler),
+        ("POST", "/{coll}/postreq", modes_handler),
+        ("GET", "/{coll}/list_sources", list_sources_handler),
+        # Last of the API (its requests come first): the page for people.
+        ("GET", "/{coll}/", collection_page),
     ]
     for method, path, handler in routes:
+        stats = metrics.route(method, path)
         if method == "GET":
-            app.router.add_get(path, api_route(handler))  # and HEAD
+            added = app.router.add_get(path, api_route(handler, stats))  # and HEAD
         else:
-            app.router.add_route(method, path, api_route(handler))
-    app.router.add_route("*", "/{path:.*}", api_route(_no_route))  # last: what no route takes
+            added = app.router.add_route(method, path, api_route(handler, stats))
+        if added.resource is not None:
+            stats.route = added.resource.canonical  # "/{coll}/{timestamp}id_/{url}"
+    # Last: what no route takes (any character, an encoded newline too).
+    unrouted = metrics.route("*", "unrouted")
+    app.router.add_route("*", r"/{path:[\s\S]*}", api_route(_no_route, unrouted))
     return app

@@ -21,8 +21,6 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-import surt
-
 __all__ = [
     "FIELD_ALIASES",
     "CdxFormatError",
@@ -120,8 +118,12 @@ def canonical_urlkey(url: str) -> str:
     >>> canonical_urlkey("https://example.com/a?a=1&b=2")
     'com,example)/a?a=1&b=2'
 
-    Raises :class:`ValueError` when the URL cannot be canonicalized.
+    Raises :class:`ValueError` when the URL cannot be canonicalized. ``surt``
+    (with tldextract and requests, a tenth of a second) is imported on the
+    first call, not with this module: ``gateway check-config`` never needs it.
     """
+    import surt
+
     try:
         key = surt.surt(url)
     except Exception as exc:  # surt raises assorted errors on junk input

@@ -59,8 +59,9 @@ def process(
 ) -> AsyncGenerator[CdxRecord, None]:
     """Apply the query's filters, time range, order and limit (pywb ``process_cdx``).
 
-    In pywb's order: filters (ANDed), then the inclusive ``from``/``to``
-    clamp, then one of
+    In pywb's order: revisits resolved (``resolveRevisits``), filters
+    (ANDed), the inclusive ``from``/``to`` clamp, ``collapseTime``, then
+    one of
 
     - closest: up to ``limit`` records by distance in seconds to ``closest``;
       equal distances keep input order (the earlier capture, or the member
@@ -87,6 +88,9 @@ async def _process(
     closest = query.closest if query.sort == "closest" else None
     reverse = query.sort == "reverse"
     target = timestamp_to_seconds(closest) if closest else 0
+    resolve = _RevisitResolver() if query.resolve_revisits else None
+    collapse_time = query.collapse_time
+    last_token: tuple[str, str] | None = None
     # closest: max-heap of the best `count` by (distance, input position), negated.
     best: list[tuple[int, int, CdxRecord]] = []
     tail: deque[CdxRecord] = deque(maxlen=max(count, 0))
@@ -94,14 +98,21 @@ async def _process(
 
     def take(record: CdxRecord) -> bool:
         """Tag, filter and clamp ``record``; True when it goes out at once (plain order)."""
-        nonlocal position
+        nonlocal position, last_token
         if tag is not None:
             record.tag(tag)
+        if resolve is not None:
+            resolve(record)
         if filters and not all(check(record) for check in filters):
             return False
         timestamp = record.timestamp
         if (from_ts and timestamp < from_ts) or (to_ts and timestamp > to_ts):
             return False
+        if collapse_time is not None:
+            token = (timestamp[:collapse_time], record.status)
+            if token == last_token:
+                return False
+            last_token = token
         if closest:
             item = (-abs(timestamp_to_seconds(timestamp) - target), -position, record)
             position += 1
@@ -146,6 +157,45 @@ async def _process(
         close = getattr(records, "aclose", None)
         if close is not None:
             await close()
+
+
+#: Fields of the original a resolved revisit line gets as ``orig.*`` (pywb ``ORIG_TUPLE``).
+_ORIG_FIELDS = ("length", "offset", "filename")
+
+
+class _RevisitResolver:
+    """pywb's ``cdx_resolve_revisits`` over one ascending stream.
+
+    The first non-revisit capture of each payload digest is its original; a
+    later revisit (``mime`` ``warc/revisit``, or no ``filename``) with that
+    digest takes the original's ``mime`` and ``status`` (where it has those
+    fields) and gets ``orig.length``, ``orig.offset`` and ``orig.filename``
+    from it; every other line gets ``-`` for the three.
+    """
+
+    __slots__ = ("_originals",)
+
+    def __init__(self) -> None:
+        self._originals: dict[str, CdxRecord] = {}
+
+    def __call__(self, record: CdxRecord) -> None:
+        fields = record.fields
+        is_revisit = fields.get("mime") == "warc/revisit" or fields.get("filename") == "-"
+        digest = fields.get("digest", "")
+        original = self._originals.get(digest) if digest else None
+        if digest and original is None and not is_revisit:
+            self._originals[digest] = record
+        if original is not None and is_revisit:
+            found = original.fields
+            if "mime" in fields:
+                fields["mime"] = found.get("mime", "")
+            if "status" in fields:
+                fields["status"] = found.get("status", "")
+            for name in _ORIG_FIELDS:
+                fields["orig." + name] = found.get(name, "-")
+        else:
+            for name in _ORIG_FIELDS:
+                fields["orig." + name] = "-"
 
 
 class LocalScan:

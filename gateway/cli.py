@@ -17,8 +17,12 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gateway.logs import add_logging_arguments
+from gateway.progress import add_progress_argument
+
 if TYPE_CHECKING:
     import asyncio
+    import socket
 
     from gateway.config import GatewayConfig
 
@@ -54,6 +58,8 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
     from gateway.jobs.service import JobsService
+    from gateway.logs import access_logger, configure_logging
+    from gateway.store.errors import StoreError
 
     try:
         config = _load(args.config)
@@ -63,24 +69,53 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        sock = _listen(args.host, args.port)
+    except OSError as exc:
+        print(
+            f"gateway: cannot listen on {args.host} port {args.port}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 2
+    configure_logging(args.log_level, args.log_format)
     app = create_app(config, collections=collections, clients=clients, jobs=jobs)
     app.on_startup.append(_freeze_heap)
-    print(
-        f"gateway: serving {', '.join(collections) or '(no collections)'} "
-        f"on http://{args.host}:{args.port}/",
-        file=sys.stderr,
+    # A log record, so that with --log-format json every line of standard error is JSON.
+    logging.getLogger("gateway.cli").info(
+        "serving %s on http://%s:%d/ (open it in a browser, or ask /openapi.json)",
+        ", ".join(collections) or "(no collections)",
+        args.host,
+        args.port,
     )
-    web.run_app(
-        app,
-        host=args.host,
-        port=args.port,
-        handler_cancellation=True,
-        access_log=None,
-        print=None,
-        loop=_new_loop(),
-    )
+    try:
+        web.run_app(
+            app,
+            sock=sock,
+            handler_cancellation=True,
+            access_log=access_logger(args.access_log),
+            access_log_format=args.access_log or "",
+            print=None,
+            loop=_new_loop(),
+        )
+    except StoreError as exc:  # the store cannot be opened (in use, newer, unreadable)
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (the first address it resolves to).
+
+    Bound before anything is printed or started, so a busy port is one line
+    and exit status 2, never a traceback after "serving on". Raises
+    :class:`OSError` (``socket.gaierror`` for a host that does not resolve).
+    """
+    import socket
+
+    family, _type, _proto, _name, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    return socket.create_server(address[:2], family=family)
 
 
 async def _freeze_heap(app: object) -> None:
@@ -100,13 +135,17 @@ def _check_config(args: argparse.Namespace) -> int:
     from gateway.app import build_collections
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
+    from gateway.missing_dirs import report_only
 
     try:
         config = _load(args.file)
-        collections = build_collections(config, SharedClients(config.client))
+        with report_only() as missing:  # check-config changes nothing on disk
+            collections = build_collections(config, SharedClients(config.client))
     except ConfigError as exc:
         print(f"gateway: bad config {args.file}: {exc}", file=sys.stderr)
         return 2
+    for line in missing:
+        print(f"gateway: warning: {line}", file=sys.stderr)
     print(f"{args.file}: OK, {len(collections)} collection(s)")
     for name, collection in collections.items():
         kind = "sequence" if collection.is_sequence else "collection"
@@ -125,25 +164,52 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _index(args: argparse.Namespace) -> int:
+    """``gateway index``: see :func:`gateway.indexer.index_archives`.
+
+    Each problem is one line on stderr; the exit status is 1 when there was
+    any (``--strict``: at the first, with nothing written). ``-o FILE`` is
+    written under ``FILE.tmp`` and renamed at the end; the temporary file is
+    removed on every failure.
+    """
     from pathlib import Path
 
-    from gateway.indexer import write_cdxj_index
+    from gateway.indexer import IndexReport, archive_files, index_archives
+    from gateway.progress import progress_bar
 
     inputs = [Path(p) for p in args.warcs]
+    report: IndexReport | None = None
+    tmp: Path | None = None
     try:
-        if args.output and args.output != "-":
-            out_path = Path(args.output)
-            tmp = out_path.with_name(out_path.name + ".tmp")
-            with tmp.open("w", encoding="utf-8") as out:
-                count = write_cdxj_index(inputs, out)
-            tmp.replace(out_path)
-        else:
-            count = write_cdxj_index(inputs, sys.stdout)
+        total = sum(path.stat().st_size for path in archive_files(inputs))
+        with progress_bar("gateway index", total, enabled=args.progress) as bar:
+
+            def advance(read: int) -> None:  # each file is read twice: checked, then indexed
+                bar.update(read / 2)
+
+            if args.output and args.output != "-":
+                out_path = Path(args.output)
+                tmp = out_path.with_name(out_path.name + ".tmp")
+                with tmp.open("w", encoding="utf-8") as out:
+                    report = index_archives(inputs, out, strict=args.strict, progress=advance)
+                tmp.replace(out_path)
+                tmp = None
+            else:
+                report = index_archives(inputs, sys.stdout, strict=args.strict, progress=advance)
     except (ValueError, OSError) as exc:
         print(f"gateway index: {exc}", file=sys.stderr)
         return 1
-    print(f"gateway index: {count} captures from {len(inputs)} file(s)", file=sys.stderr)
-    return 0
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+    for problem in report.problems:
+        print(f"gateway index: {problem}", file=sys.stderr)
+    indexed = len(archive_files(inputs)) - len(report.skipped)
+    print(
+        f"gateway index: {report.lines} captures from {indexed} file(s)"
+        + (f"; {len(report.problems)} problem(s), see above" if report.problems else ""),
+        file=sys.stderr,
+    )
+    return 1 if report.problems else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", default=DEFAULT_CONFIG, help="collections.yaml to serve")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
+    add_logging_arguments(serve)
     serve.set_defaults(run=_serve)
 
     check = sub.add_parser("check-config", help="validate a config and print its tree")
@@ -165,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     index = sub.add_parser("index", help="write a sorted CDXJ index of WARC/ARC files")
     index.add_argument("warcs", nargs="+", metavar="WARC", help="WARC or ARC files")
     index.add_argument("-o", "--output", help="output file (default: standard output)")
+    add_progress_argument(index)
+    index.add_argument(
+        "--strict",
+        action="store_true",
+        help="stop at the first unreadable file or record, writing nothing",
+    )
     index.set_defaults(run=_index)
 
     from gateway.store.cli import add_subcommands as add_store_subcommands

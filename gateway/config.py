@@ -1,6 +1,7 @@
 """The collection schema: collections.yaml -> frozen, typed config objects.
 
-This module reads the config's YAML (``yaml.safe_load``; a fuzzy rules file
+This module reads the config's YAML (``yaml.safe_load``, a duplicate key
+refused: :mod:`gateway.yaml_load`; a fuzzy rules file
 named by ``fuzzy:`` is read by :mod:`gateway.fuzzy`). It follows pywb's
 distributed archive config::
 
@@ -49,6 +50,7 @@ from gateway.jobs.settings import JobsSettings
 from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_kind_for_shorthand
 from gateway.sources import SOURCE_TYPES
 from gateway.store.settings import DedupPolicy, StoreSettings
+from gateway.yaml_load import safe_load
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -182,7 +184,7 @@ def load_config(path: str | Path) -> GatewayConfig:
 def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     """Validate YAML text; raises :class:`ConfigError` naming the YAML path of the problem."""
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

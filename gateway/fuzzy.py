@@ -51,8 +51,9 @@ from urllib.parse import urlsplit
 import yaml
 
 from gateway.cdxj import CdxRecord
-from gateway.errors import ConfigError
+from gateway.errors import BadRequest, ConfigError
 from gateway.query import MATCH_TYPES, CaptureQuery, CdxFilter, MatchType, key_range
+from gateway.yaml_load import safe_load
 
 __all__ = ["DEFAULT_RULES", "FUZZY_FIELD", "FuzzyRule", "FuzzyRules", "Widened", "load_rules"]
 
@@ -170,7 +171,8 @@ class FuzzyRules:
 
         The wider query keeps everything else of ``query`` (closest, time
         range, filters, output) and adds the rule's filters; its limit is
-        ``search_limit`` when set.
+        ``search_limit`` when set. None too when the widened URL or a rule
+        filter made from the URL cannot be parsed.
         """
         if query.match_type != "exact" or not query.allow_fuzzy:
             return None
@@ -181,7 +183,12 @@ class FuzzyRules:
             groups = rule.groups(urlkey)
             if groups is None:
                 continue
-            return self._widened(rule, groups, query)
+            try:
+                return self._widened(rule, groups, query)
+            except (ValueError, BadRequest):
+                # The widened URL does not parse, or a rule's filter filled in
+                # with the client's URL is no pattern RE2 takes: no wider lookup.
+                return None
         return None
 
     def _widened(self, rule: FuzzyRule, groups: tuple[str, ...], query: CaptureQuery) -> Widened:
@@ -245,7 +252,7 @@ def load_rules(path: str | Path, where: str) -> FuzzyRules:
     except OSError as exc:
         raise ConfigError(where, f"cannot read fuzzy rules file {path}: {exc.strerror}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(where, f"fuzzy rules file {path} is not valid YAML: {exc}") from exc
     try:
@@ -321,7 +328,7 @@ def _rule(item: Mapping[str, object], at: str) -> FuzzyRule:
     for template in filter_list:
         try:
             CdxFilter.parse(template.format(""))
-        except (IndexError, KeyError, ValueError) as exc:
+        except (IndexError, KeyError, ValueError, BadRequest) as exc:
             raise _RulesError(f"{at}.filter", f"{template!r}: {exc}") from None
     replace = config.get("replace", "?")
     if not isinstance(replace, str) or (not replace and re_type != "sub"):

@@ -191,9 +191,9 @@ def _scan_bound(query: IaQuery) -> int:
     ):
         return _UNBOUNDED
     if query.page is not None:
-        return (query.page + 1) * query.page_size
+        return min((query.page + 1) * query.page_size, _UNBOUNDED)
     limit = MAX_LIMIT if query.limit is None else query.limit
-    return query.offset + limit + 1
+    return min(query.offset + limit + 1, _UNBOUNDED)
 
 
 def _fast_latest(query: IaQuery) -> bool:

@@ -22,7 +22,8 @@ the parameter):
   means prefix and ``url=*.a.org`` domain (a wildcard that contradicts an
   explicit ``matchType`` is a 400);
 - ``from``, ``to``: 1 to 14 digits, inclusive, padded down and up;
-- ``filter=[!][~]field:regex``, repeatable, ANDed: the Python regex must match
+- ``filter=[!][~]field:regex``, repeatable, ANDed: the regex (RE2,
+  :mod:`gateway.client_regex`) must match
   the WHOLE value (Java ``matches``); ``~`` tests "contains" instead, ``!``
   negates; ``field`` may be a name or a 0-based index into :data:`IA_FIELDS`;
   without ``field:`` the regex matches the whole default text line;
@@ -47,15 +48,23 @@ has ``closest`` and ``sort``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 from urllib.parse import quote_plus, unquote_plus
 
 from gateway.cdxj import CdxRecord
+from gateway.client_regex import ClientRegex, check_filter_count, compile_client_regex
 from gateway.errors import BadRequest
-from gateway.query import DEFAULT_LIMIT, MATCH_TYPES, CaptureQuery, MatchType, key_range
+from gateway.query import (
+    DEFAULT_LIMIT,
+    MATCH_TYPES,
+    TIMESTAMP_DIGITS,
+    CaptureQuery,
+    MatchType,
+    key_range,
+    parse_int,
+)
 from gateway.query import pad_timestamp as _pad
 
 __all__ = [
@@ -116,7 +125,6 @@ _CDXJ_KEYS: Final[dict[str, str]] = {
     "offset": "offset",
     "filename": "filename",
 }
-_DIGITS: Final = re.compile(r"\d{1,14}")
 _UNSUPPORTED: Final = ("showDupeCount", "showSkipCount", "lastSkipTimestamp", "showPagedIndex")
 
 
@@ -165,7 +173,7 @@ class IaFilter:
     text: str
     contains: bool
     invert: bool
-    regex: re.Pattern[str] | None
+    regex: ClientRegex | None
 
     @classmethod
     def parse(cls, text: str) -> IaFilter:
@@ -188,7 +196,7 @@ class IaFilter:
         field: str | None
         if not sep:
             field, value = None, text
-        elif name.isdigit():
+        elif name.isascii() and name.isdigit():
             index = int(name)
             if index >= len(IA_FIELDS):
                 raise BadRequest(
@@ -199,14 +207,7 @@ class IaFilter:
             field = IA_FIELDS[index]
         else:
             field = _field("filter", name)
-        regex = None
-        if not contains:
-            try:
-                regex = re.compile(value)
-            except re.error as exc:
-                raise BadRequest(
-                    "filter", f"{raw!r}: invalid regular expression {value!r}: {exc}"
-                ) from exc
+        regex = None if contains else compile_client_regex(value, filter_text=raw)
         return cls(field, value, contains, invert, regex)
 
     def __call__(self, record: CdxRecord) -> bool:
@@ -219,7 +220,7 @@ class IaFilter:
             matched = self.text in subject
         else:
             assert self.regex is not None
-            matched = self.regex.fullmatch(subject) is not None
+            matched = self.regex.fullmatch(subject)
         return matched != self.invert
 
 
@@ -241,7 +242,7 @@ class Collapse:
         field = _field("collapse", name)
         if not sep:
             return cls(field, None)
-        if not count.isdigit() or int(count) < 1:
+        if not (count.isascii() and count.isdigit()) or len(count) > 18 or int(count) < 1:
             raise BadRequest("collapse", f"{text!r}: {count!r} is not a positive character count")
         return cls(field, int(count))
 
@@ -292,7 +293,7 @@ class ResumeKey:
             text = unquote_plus(text)
         urlkey, sep, rest = text.rpartition(" ")
         timestamp, bang, count = rest.partition("!")
-        if not sep or not urlkey or not _DIGITS.fullmatch(timestamp):
+        if not sep or not urlkey or not TIMESTAMP_DIGITS.fullmatch(timestamp):
             raise BadRequest(
                 "resumeKey",
                 f"{text!r} is not a resume key; expected 'urlkey timestamp!N' as printed "
@@ -300,7 +301,7 @@ class ResumeKey:
             )
         if not bang:
             return cls(urlkey, timestamp, 0)
-        if count and not count.isdigit():
+        if count and not (count.isascii() and count.isdigit() and len(count) <= 18):
             raise BadRequest("resumeKey", f"{text!r}: {count!r} after '!' is not a count")
         return cls(urlkey, timestamp, int(count) if count else None)
 
@@ -353,20 +354,14 @@ def _int(params: Mapping[str, Sequence[str]], name: str, minimum: int | None) ->
     text = _one(params, name)
     if text is None or text == "":
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadRequest(name, f"{text!r} is not an integer") from None
-    if minimum is not None and value < minimum:
-        raise BadRequest(name, f"{value} is less than {minimum}")
-    return value
+    return parse_int(name, text, minimum=minimum)
 
 
 def _timestamp(params: Mapping[str, Sequence[str]], name: str, up: bool) -> str | None:
     value = _one(params, name)
     if value is None or value == "":
         return None
-    if not _DIGITS.fullmatch(value):
+    if not TIMESTAMP_DIGITS.fullmatch(value):
         raise BadRequest(name, f"{value!r} is not a timestamp; expected 1 to 14 digits")
     return _pad(value, up=up)
 
@@ -428,7 +423,9 @@ def parse_ia_query(params: Mapping[str, Sequence[str]]) -> IaQuery:
         to_ts=_timestamp(params, "to", up=True),
     )
 
-    filters = tuple(IaFilter.parse(text) for text in params.get("filter", ()) if text)
+    filter_texts = [text for text in params.get("filter", ()) if text]
+    check_filter_count(len(filter_texts))
+    filters = tuple(IaFilter.parse(text) for text in filter_texts)
     collapse = tuple(Collapse.parse(text) for text in params.get("collapse", ()) if text)
 
     fl = _one(params, "fl")

@@ -33,20 +33,23 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import textwrap
 import zlib
 from collections import deque
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Final, TextIO, cast
 
 from cdxj_indexer import CDXJIndexer, iter_file_or_dir
+from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 from warcio.recordbuilder import RecordBuilder
 
-__all__ = ["ARCHIVE_SUFFIXES", "write_cdxj_index"]
+__all__ = ["ARCHIVE_SUFFIXES", "IndexReport", "archive_files", "index_archives", "write_cdxj_index"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,25 +64,40 @@ _MAX_REASON_CHARS: Final = 400
 
 
 class _LineSink:
-    """The text stream cdxj-indexer writes to: counts lines, encodes for binary ``out``."""
+    """The text stream cdxj-indexer writes to: counts lines, encodes for binary ``out``.
 
-    __slots__ = ("_binary", "_text", "lines")
+    Lines of the records in ``excluded`` (``{filename: {offset, ...}}``) are
+    dropped: cdxj-indexer writes whole lines, one per call.
+    """
 
-    def __init__(self, out: BinaryIO | TextIO) -> None:
+    __slots__ = ("_binary", "_excluded", "_text", "lines")
+
+    def __init__(self, out: BinaryIO | TextIO, excluded: dict[str, set[str]] | None = None) -> None:
         self._text: TextIO | None = None
         self._binary: BinaryIO | None = None
         if isinstance(out, io.TextIOBase) or _has_encoding(out):
             self._text = cast(TextIO, out)
         else:
             self._binary = cast(BinaryIO, out)
+        self._excluded = excluded or {}
         self.lines = 0
 
     def write(self, data: str) -> int:
+        if self._excluded and self._is_excluded(data):
+            return len(data)
         self.lines += data.count("\n")
         if self._text is not None:
             return self._text.write(data)
         assert self._binary is not None
         return self._binary.write(data.encode("utf-8"))
+
+    def _is_excluded(self, line: str) -> bool:
+        try:
+            block = json.loads(line.split(" ", 2)[2])
+        except (IndexError, ValueError):
+            return False
+        offsets = self._excluded.get(str(block.get("filename", "")))
+        return offsets is not None and str(block.get("offset", "")) in offsets
 
     def flush(self) -> None:
         if self._text is not None:
@@ -99,11 +117,25 @@ class _DigestingRecords:
     indexing stops half-way through a file.
     """
 
-    __slots__ = ("_recent", "_record_types", "_records")
+    __slots__ = ("_position", "_recent", "_record_types", "_records", "done", "progress")
 
-    def __init__(self, records: Any, record_types: Collection[str] | None) -> None:
+    def __init__(
+        self,
+        records: Any,
+        record_types: Collection[str] | None,
+        progress: Callable[[int], object] | None = None,
+        position: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._records = records
         self._record_types = record_types
+        #: Called with the bytes of the file read since the last call.
+        self.progress = progress
+        #: Where reading the file has got to (its ``tell``: it never consumes a
+        #: record, unlike warcio's ``get_record_offset``, which would read the
+        #: body that post_append still needs).
+        self._position = position
+        #: The file offset reported to ``progress`` so far.
+        self.done = 0
         # (record, its ensure_digest spool) for the last records yielded:
         # cdxj-indexer's buffering holds back at most one record, so two suffice.
         self._recent: deque[tuple[Any, IO[bytes] | None]] = deque(maxlen=2)
@@ -118,6 +150,11 @@ class _DigestingRecords:
 
     def __iter__(self) -> Iterator[Any]:
         for record in self._records:
+            if self.progress is not None:
+                offset = self._position()
+                if offset > self.done:
+                    self.progress(offset - self.done)
+                    self.done = offset
             if self._recent:
                 _, spool = self._recent[-1]
                 if spool is not None:
@@ -151,14 +188,21 @@ class _Indexer(CDXJIndexer):  # type: ignore[misc]  # cdxj-indexer ships no type
     """cdxj-indexer, with payload digests computed before post_append buffering."""
 
     _records: _DigestingRecords | None = None
+    #: ``progress(n)``: ``n`` more bytes of the input files were indexed.
+    progress: Callable[[int], object] | None = None
 
     def _create_record_iter(self, input_: BinaryIO) -> _DigestingRecords:
-        self._records = _DigestingRecords(super()._create_record_iter(input_), self.include_records)
+        self._records = _DigestingRecords(
+            super()._create_record_iter(input_), self.include_records, self.progress, input_.tell
+        )
         return self._records
 
     def process_one(self, input_: BinaryIO, output: _LineSink, filename: str) -> None:
         try:
             super().process_one(input_, output, filename)
+            if self.progress is not None:  # the last record, to the end of the file
+                done = self._records.done if self._records is not None else 0
+                self.progress(max(os.fstat(input_.fileno()).st_size - done, 0))
         finally:
             if self._records is not None:
                 self._records.close()
@@ -170,11 +214,135 @@ def _has_encoding(out: BinaryIO | TextIO) -> bool:
     return getattr(out, "encoding", None) is not None
 
 
+@dataclass(slots=True)
+class IndexReport:
+    """What :func:`index_archives` did: lines written and the problems met.
+
+    ``problems`` holds one message per unreadable file (skipped) and per
+    record left out (torn, or failing its digests), in input order;
+    ``skipped`` the files left out whole.
+    """
+
+    lines: int = 0
+    problems: list[str] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+
+
+def index_archives(
+    inputs: Sequence[Path],
+    out: BinaryIO | TextIO,
+    *,
+    post_append: bool = True,
+    strict: bool = False,
+    progress: Callable[[int], object] | None = None,
+) -> IndexReport:
+    """Check, then index WARC/ARC files into one sorted CDXJ index (``gateway index``).
+
+    Every file is read once with warcio before it is indexed, its digests
+    checked as ``warcio check`` checks them (WARC-Block-Digest and
+    WARC-Payload-Digest, where the record has them):
+
+    - a file that cannot be read (not WARC or ARC, a gzip that is not one
+      member per record, a record warcio cannot parse) is reported and
+      skipped whole;
+    - a record that ends before its declared length (a torn last record, a
+      file cut short) or fails its digests is reported and left out of the
+      index; the file's other records are indexed.
+
+    With ``strict`` the first problem raises :class:`ValueError` before
+    anything is written to ``out``. Otherwise ``out`` receives the index of
+    everything that could be read and the report lists the rest. Raises
+    ValueError for an input that does not exist (nothing is written).
+
+    ``progress(n)`` is called as ``n`` more bytes are read, in both passes
+    (twice the inputs' sizes on disk in all; a
+    :func:`gateway.progress.progress_bar`'s ``update``).
+    """
+    files = archive_files(inputs)
+    report = IndexReport()
+    readable: list[Path] = []
+    excluded: dict[str, set[str]] = {}
+    for path in files:
+        try:
+            _check_archive_start(path)
+            offsets, problems = _verify_records(path, progress)
+        except ValueError as exc:
+            if strict:
+                raise
+            report.problems.append(f"{exc}; skipped")
+            report.skipped.append(path)
+            if progress is not None:  # the indexing pass does not read it
+                progress(path.stat().st_size)
+            continue
+        if problems and strict:
+            raise ValueError(problems[0])
+        report.problems.extend(problems)
+        if offsets:
+            excluded.setdefault(path.name, set()).update(offsets)
+        readable.append(path)
+    if readable:
+        report.lines = _index(
+            readable, out, post_append=post_append, excluded=excluded, progress=progress
+        )
+    return report
+
+
+def _verify_records(
+    path: Path, progress: Callable[[int], object] | None = None
+) -> tuple[set[str], list[str]]:
+    """Read every record of ``path`` to its end, digests checked (warcio).
+
+    Returns the offsets (as index lines write them) of the records to leave
+    out and one message per problem. Raises ValueError naming the file when
+    warcio cannot read it. warcio's own warnings to stderr (a record not
+    followed by a blank line) are kept out of the output. ``progress(n)``:
+    ``n`` more bytes of the file were read (its size in all, also when it
+    turns out unreadable part way).
+    """
+    offsets: set[str] = set()
+    problems: list[str] = []
+    done = 0
+    try:
+        with path.open("rb") as fh, contextlib.redirect_stderr(io.StringIO()):
+            records = ArchiveIterator(fh, check_digests=True)
+            for record in records:
+                stream = record.raw_stream
+                while stream.read(1 << 20):
+                    pass
+                offset = records.get_record_offset()
+                # An ARC record may declare more than it holds (a writer that
+                # counted its URL percent-encoded): served as it is, not torn.
+                left = 0 if record.format.startswith("arc") else getattr(stream, "limit", 0)
+                where = f"{path}: record at offset {offset} ({record.rec_type})"
+                if left:
+                    offsets.add(str(offset))
+                    problems.append(
+                        f"{where} is torn: it ends {left} bytes before its declared length; "
+                        "not indexed"
+                    )
+                elif record.digest_checker.passed is False:
+                    offsets.add(str(offset))
+                    failed = "; ".join(record.digest_checker.problems)[:_MAX_REASON_CHARS]
+                    problems.append(f"{where} fails its digests ({failed}); not indexed")
+                if progress is not None and fh.tell() > done:
+                    progress(fh.tell() - done)
+                    done = fh.tell()
+    except (ArchiveLoadFailed, zlib.error, EOFError) as exc:
+        raise ValueError(
+            f"{path}: cannot read this WARC/ARC file: {_short_reason(str(exc))}"
+        ) from exc
+    finally:
+        if progress is not None:
+            progress(max(path.stat().st_size - done, 0))
+    return offsets, problems
+
+
 def write_cdxj_index(
     inputs: Sequence[Path],
     out: BinaryIO | TextIO,
     *,
     post_append: bool = True,
+    progress: Callable[[int], object] | None = None,
 ) -> int:
     """Index WARC/ARC files into one sorted CDXJ index written to ``out``.
 
@@ -186,20 +354,34 @@ def write_cdxj_index(
     (the same record given twice) are written once. An empty file is an
     archive with no records.
 
-    Returns the number of lines written.
+    ``progress(n)`` is called as ``n`` more bytes of the inputs are indexed
+    (their sizes on disk in all; a :func:`gateway.progress.progress_bar`'s
+    ``update``). Returns the number of lines written.
 
     Raises :class:`ValueError`, before anything is written to ``out``, if an
     input does not exist, is not a WARC or ARC file, or cannot be read to its
     end (the message names the file and, where warcio knows one, the fix:
     ``warcio recompress`` for a gzip that is not one member per record).
     """
-    files = _archive_files(inputs)
+    files = archive_files(inputs)
     for path in files:
         _check_archive_start(path)
+    return _index(files, out, post_append=post_append, progress=progress)
 
+
+def _index(
+    files: Sequence[Path],
+    out: BinaryIO | TextIO,
+    *,
+    post_append: bool,
+    excluded: dict[str, set[str]] | None = None,
+    progress: Callable[[int], object] | None = None,
+) -> int:
+    """cdxj-indexer over ``files`` into ``out``; the number of lines written."""
     by_name = {path.name: path for path in reversed(files)}
-    sink = _LineSink(out)
+    sink = _LineSink(out, excluded)
     indexer = _Indexer(sink, [str(path) for path in files], post_append=post_append, sort=True)
+    indexer.progress = progress
     try:
         indexer.process_all()
     except (ArchiveLoadFailed, zlib.error) as exc:
@@ -211,8 +393,12 @@ def write_cdxj_index(
     return sink.lines
 
 
-def _archive_files(inputs: Sequence[Path]) -> list[Path]:
-    """Expand directories (cdxj-indexer's walk) and reject inputs that do not exist."""
+def archive_files(inputs: Sequence[Path]) -> list[Path]:
+    """The files :func:`write_cdxj_index` reads: directories expanded (cdxj-indexer's walk).
+
+    Raises :class:`ValueError` for an input that does not exist or is neither
+    a regular file nor a directory.
+    """
     for path in inputs:
         if not path.exists():
             raise ValueError(

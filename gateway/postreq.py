@@ -37,7 +37,9 @@ cut to 4096 characters.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -48,6 +50,8 @@ from cdxj_indexer.postquery import append_method_query
 from gateway.errors import BadRequest
 from gateway.loaders.base import WrappedRequest
 from gateway.loaders.warc_build import HOP_BY_HOP
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "HOP_BY_HOP",
@@ -292,10 +296,29 @@ def method_lookup_url(
     'http://a.org/x?y=1&__wb_method=DELETE'
     >>> method_lookup_url("http://a.org/", "HEAD", None, None, b"")
     'http://a.org/'
+
+    Raises :class:`BadRequest` (``body``) for a body of its declared type
+    that cannot be read (a malformed multipart body).
     """
     if method.upper() in ("GET", "HEAD"):
         return url
-    _query, append = append_method_query(
-        method, content_type, content_length, io.BytesIO(body), url
-    )
+    # cdxj-indexer writes what it cannot parse to stderr (a whole JSON body,
+    # an AMF traceback): client input must not reach the log at length.
+    quiet = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
+            _query, append = append_method_query(
+                method, content_type, content_length, io.BytesIO(body), url
+            )
+    except ValueError as exc:  # multipart.MultipartError among them
+        reason = str(exc)[:200]
+        raise BadRequest(
+            "body", f"cannot read the {(content_type or '')[:80]!r} body: {reason}"
+        ) from None
+    if quiet.tell():
+        logger.debug(
+            "unparseable %s body of %d bytes: looked up under its method key as pywb does",
+            (content_type or "")[:80],
+            len(body),
+        )
     return url + str(append)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import io
 import json
 import logging
 import os
@@ -50,6 +51,8 @@ import pytest
 import redis.asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
 
 from gateway.app import create_app
 from gateway.clients import SharedClients
@@ -90,6 +93,33 @@ def make_client(aiohttp_client: Callable[..., Awaitable[TestClient]]) -> MakeCli
     return make
 
 
+@contextlib.asynccontextmanager
+async def serving(yaml_text: str) -> AsyncIterator[int]:
+    """The gateway app for ``yaml_text`` served on 127.0.0.1 (an aiohttp
+    ``AppRunner``, in the test's loop); yields its port, cleans up after."""
+    runner = web.AppRunner(create_app(parse_config(yaml_text)))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+def write_big_warc(path: Path, url: str = "http://example.com/big") -> Path:
+    """A gzipped WARC at ``path`` of one 32 MB ``response`` of ``url`` (40 KB of
+    gzip): more than socket buffers hold, for tests of clients leaving."""
+    with path.open("wb") as out:
+        writer = WARCWriter(out, gzip=True)
+        http = StatusAndHeaders("200 OK", [("Content-Type", "text/plain")], protocol="HTTP/1.1")
+        payload = io.BytesIO(b"x" * (32 * 1024 * 1024))
+        record = writer.create_warc_record(url, "response", payload=payload, http_headers=http)
+        writer.write_record(record)
+        record.raw_stream.close()  # warcio spooled the payload to a temporary file
+    return path
+
+
 async def leave_mid_answer(
     yaml_text: str, target: str, caplog: pytest.LogCaptureFixture, *, expect_log: str
 ) -> None:
@@ -100,12 +130,7 @@ async def leave_mid_answer(
     server is still writing when the client goes away. Asserts the log line
     appeared and that nothing was logged at ERROR or above.
     """
-    runner = web.AppRunner(create_app(parse_config(yaml_text)))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
+    async with serving(yaml_text) as port:
         with caplog.at_level(logging.DEBUG):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
@@ -116,8 +141,6 @@ async def leave_mid_answer(
                 if expect_log in caplog.text:
                     break
                 await asyncio.sleep(0.05)
-    finally:
-        await runner.cleanup()
     assert expect_log in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 

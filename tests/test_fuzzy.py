@@ -370,3 +370,21 @@ async def test_fuzzy_answers_keep_the_requested_limit_and_turn_off(
     assert (resp.status, await resp.text()) == (200, "")
     resp = await client.get("/exact/resource", params=params)
     assert resp.status == 404
+
+
+def test_a_rule_filter_made_from_the_url_that_re2_refuses_widens_nothing() -> None:
+    # The rule's filter template is filled with a piece of the client's URL;
+    # when that is no pattern RE2 takes, there is no wider lookup (never a 400
+    # about a filter the client did not send).
+    rules = rules_from(
+        r"""
+rules:
+  - url_prefix: 'com,example)/page'
+    fuzzy_lookup:
+      match: 'page(.*)'
+      filter: ['~urlkey:{0}']
+"""
+    )
+    assert rules.widen(exact("http://example.com/page(x")) is None
+    widened = rules.widen(exact("http://example.com/page1"))
+    assert widened is not None

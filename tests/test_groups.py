@@ -328,3 +328,28 @@ async def test_a_long_local_scan_past_the_deadline_times_out(
     assert json.loads(resp.headers["ResErrors"]) == {"big": "timeout after 0.001 s"}
     outcomes = json.loads(resp.headers["Warcserver-Source-Outcomes"])
     assert outcomes == {"big": "timeout after 0.001 s", "iana": "ok: 0 captures"}
+
+
+@pytest.mark.parametrize("route", ["index", "resource"])
+async def test_the_fuzzy_retry_shares_the_exact_lookups_deadline(
+    make_client: MakeClient, sample_dir: Path, upstream: tuple[Upstream, str], route: str
+) -> None:
+    # The exact lookup finds nothing locally and the remote member hangs past
+    # the deadline; the widened retry runs under that same deadline, so the
+    # hanging member is not waited on a second time (was: 2x the timeout).
+    state, url = upstream
+    client = await make_client(_group(sample_dir, url) + f"    resource: {sample_dir}/warcs/\n")
+    started = time.monotonic()
+    resp = await client.get(
+        f"/g/{route}",
+        params={"url": "http://www.iana.org/_css/2013.1/screen.css?_=1390766400"},
+    )
+    elapsed = time.monotonic() - started
+    assert resp.status == 200, await resp.text()
+    assert "timeout after" in json.loads(resp.headers["ResErrors"])["remote"]
+    if route == "index":
+        assert '"is_fuzzy": "1"' in await resp.text()
+    else:
+        assert '"is_fuzzy": "1"' in resp.headers["Warcserver-Cdx"]
+    assert state.requests == 1  # the widened lookup never reached the hanging member
+    assert elapsed < TIMEOUT_S * MARGIN

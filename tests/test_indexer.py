@@ -218,3 +218,85 @@ def test_corrupt_gzip_is_a_value_error(tmp_path: Path) -> None:
     broken.write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 64)
     with pytest.raises(ValueError, match="starts like a gzip file but does not decompress"):
         write_cdxj_index([broken], io.StringIO())
+
+
+# -- gateway index: failing cleanly ------------------------------------------------------
+
+
+def _run_index(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from gateway.cli import main
+
+    status = main(["index", *args])
+    return status, capsys.readouterr().err
+
+
+def _bad_and_good(sample_dir: Path) -> tuple[Path, Path]:
+    """A WARC gzipped whole (unreadable by record) and a good one, from the sample."""
+    return (
+        sample_dir / "warcs" / "example-bad.warc.gz.bad",
+        sample_dir / "warcs" / "example.warc.gz",
+    )
+
+
+def test_an_unreadable_file_is_reported_and_skipped_and_the_run_fails(
+    sample_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad, good = _bad_and_good(sample_dir)
+    out = tmp_path / "out.cdxj"
+    status, err = _run_index([str(bad), str(good), "-o", str(out)], capsys)
+    assert status == 1
+    assert f"{bad}: cannot read this WARC/ARC file" in err
+    assert "warcio recompress" in err
+    assert "skipped" in err
+    assert len(out.read_text().splitlines()) == 3  # the good file's captures
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_strict_stops_at_the_first_problem_and_writes_nothing(
+    sample_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad, good = _bad_and_good(sample_dir)
+    out = tmp_path / "out.cdxj"
+    status, err = _run_index(["--strict", str(good), str(bad), "-o", str(out)], capsys)
+    assert status == 1
+    assert str(bad) in err
+    assert not out.exists()
+    assert not list(tmp_path.iterdir())  # no out.cdxj.tmp either
+
+
+@pytest.mark.parametrize("name", ["example.warc", "example.warc.gz"])
+def test_a_torn_last_record_is_reported_and_not_indexed(
+    sample_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    whole = (sample_dir / "warcs" / name).read_bytes()
+    cut = tmp_path / name
+    cut.write_bytes(whole[: len(whole) - 40])  # a crash in the middle of the last record
+    out = tmp_path / "out.cdxj"
+    status, err = _run_index([str(cut), "-o", str(out)], capsys)
+    assert status == 1
+    assert "is torn" in err or "cannot read" in err
+    entire = io.StringIO()
+    write_cdxj_index([sample_dir / "warcs" / name], entire)
+    last_offset = max(
+        int(json.loads(line.split(" ", 2)[2])["offset"]) for line in entire.getvalue().splitlines()
+    )
+    offsets = [json.loads(line.split(" ", 2)[2])["offset"] for line in out.read_text().splitlines()]
+    assert str(last_offset) not in offsets
+    assert offsets  # the records before it are indexed
+
+
+def test_a_failed_write_leaves_no_tmp_file(
+    sample_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "missing-dir" / "out.cdxj"
+    status, err = _run_index(
+        [str(sample_dir / "warcs" / "example.warc.gz"), "-o", str(out)], capsys
+    )
+    assert status == 1
+    assert "missing-dir" in err
+    missing = tmp_path / "nope.warc.gz"
+    out = tmp_path / "out.cdxj"
+    status, err = _run_index([str(missing), "-o", str(out)], capsys)
+    assert status == 1
+    assert "no such file" in err
+    assert not list(tmp_path.glob("*.tmp"))

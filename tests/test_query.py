@@ -6,7 +6,7 @@ import pytest
 
 from gateway.cdxj import CdxRecord
 from gateway.errors import BadRequest
-from gateway.query import CdxFilter, key_range, parse_query
+from gateway.query import CaptureQuery, CdxFilter, key_range, parse_query
 
 
 def q(**params: str | list[str]) -> dict[str, list[str]]:
@@ -59,9 +59,11 @@ def test_from_and_to_are_padded_like_pywb() -> None:
     assert (query.from_ts, query.to_ts) == ("20140101000000", "20140231235959")
 
 
-def test_closest_is_padded_and_sorts() -> None:
+def test_closest_is_padded_toward_the_end_of_its_period_as_pywb_pads_it() -> None:
+    # warcio timestamp_to_datetime, which pywb's cdx_sort_closest measures from
     query = parse_query(q(url="example.com", closest="2014"))
-    assert (query.closest, query.sort) == ("20140101000000", "closest")
+    assert (query.closest, query.sort) == ("20141231235959", "closest")
+    assert parse_query(q(url="example.com", closest="201402")).closest == "20140228235959"
     assert parse_query(q(url="example.com", closest="now")).closest is not None
 
 
@@ -109,3 +111,11 @@ def test_sources_selection() -> None:
     assert parse_query(q(url="a.com", sources="x,y")).sources == ("x", "y")
     excluded = parse_query(q(url="a.com", sources="!x"))
     assert (excluded.sources, excluded.exclude_sources) == (("x",), True)
+
+
+def test_urls_from_archived_records_are_looked_up_as_archived() -> None:
+    # A client's URL must parse (400 otherwise); a URL read from a record, as
+    # a revisit's original is looked up, is taken as the archive holds it.
+    with pytest.raises(ValueError, match="not a valid IDNA name"):
+        CaptureQuery.for_url("http://a..b/")
+    assert CaptureQuery.for_url("http://a..b/", check=False).key == "b,a)/"

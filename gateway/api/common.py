@@ -66,7 +66,8 @@ def capture_query(request: web.Request) -> CaptureQuery:
     Parsing is a pure function of the query string (``closest=now`` aside),
     and a :class:`CaptureQuery` is immutable, so the result is memoized by the
     raw query string (the oldest of :data:`_PARSED_MAX` entries goes first):
-    replay clients ask for the same lookups again and again. Raises
+    replay clients ask for the same lookups again and again (queries with a
+    regex filter are not kept, see :mod:`gateway.client_regex`). Raises
     :class:`~gateway.errors.BadRequest` (400) as :func:`parse_query` does;
     failures are not memoized.
     """
@@ -76,7 +77,11 @@ def capture_query(request: web.Request) -> CaptureQuery:
         return query
     params = query_params(request)
     query = parse_query(params)
-    if params.get("closest") != ["now"]:
+    # Not kept: "now", and client regexes (each holds RE2 memory; they are
+    # compiled once per pattern anyway, gateway.client_regex).
+    if params.get("closest") != ["now"] and not any(
+        getattr(f, "regex", None) for f in query.filters
+    ):
         if len(_PARSED) >= _PARSED_MAX:
             del _PARSED[next(iter(_PARSED))]
         _PARSED[raw] = query
@@ -92,7 +97,10 @@ def client_left(request: web.Request) -> None:
     exchange quietly instead of logging a traceback at ERROR for a client
     that merely went away.
     """
-    logger.debug("client left during %s %s", request.method, request.path_qs)
+    target = request.path_qs
+    if len(target) > 300:
+        target = target[:300] + "..."
+    logger.debug("client left during %s %s", request.method, target)
 
 
 #: Header values by their ``(name, reason)`` pairs (see :func:`errors_header_value`).

@@ -13,12 +13,9 @@ import sqlite3
 from aiohttp import web
 
 from gateway.errors import JobsUnavailable
-from gateway.jobs.service import JobsService
+from gateway.keys import JOBS
 
-__all__ = ["JOBS", "jobs_handler"]
-
-#: The app's jobs service (started and stopped by the app's cleanup context).
-JOBS = web.AppKey("jobs", JobsService)
+__all__ = ["jobs_handler"]
 
 
 async def jobs_handler(request: web.Request) -> web.Response:

@@ -75,7 +75,8 @@ from gateway.memento import (
     timemap_link_value,
     timestamp_to_http_date,
 )
-from gateway.query import CaptureQuery, pad_timestamp
+from gateway.metrics import ServedStats
+from gateway.query import TIMESTAMP_DIGITS, CaptureQuery, closest_timestamp, pad_timestamp
 
 __all__ = [
     "DEFAULT_TIMEMAP_PAGE_SIZE",
@@ -97,8 +98,9 @@ TIMEMAP_TYPES: Final[dict[str, str]] = {
     "cdxj": "text/x-cdxj",
 }
 _JSON_KEYS: Final = {"link": "link_format", "json": "json_format", "cdxj": "cdxj_format"}
-_PAGE_SEGMENT = re.compile(r"(\d{14})/(.+)", re.DOTALL)
+_PAGE_SEGMENT = re.compile(r"([0-9]{14})/(.+)", re.DOTALL)
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/+")
+_BRACKET = re.compile(r"%5([bBdD])")
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
 
 
@@ -134,11 +136,24 @@ class _Target:
 
 
 def _normalize_url(text: str) -> str:
-    """``http:/a`` -> ``http://a``; no scheme -> ``http://`` prepended (as pywb does)."""
+    """``http:/a`` -> ``http://a``; no scheme -> ``http://`` prepended (as pywb does);
+    percent-encoded IPv6 brackets in the host decoded (``http://%5B::1%5D/``:
+    clients encode ``[`` and ``]``, which may not stand in a path).
+
+    >>> _normalize_url("http:/example.com/a")
+    'http://example.com/a'
+    >>> _normalize_url("http://%5B::1%5D:8080/%5B")
+    'http://[::1]:8080/%5B'
+    """
     match = _SCHEME.match(text)
     if match:
-        return f"{match.group(1)}://{text[match.end() :]}"
-    return "http://" + text
+        scheme, rest = match.group(1), text[match.end() :]
+    else:
+        scheme, rest = "http", text
+    authority, slash, path = rest.partition("/")
+    if "%" in authority:
+        authority = _BRACKET.sub(lambda m: "[" if m.group(1) in "bB" else "]", authority)
+    return f"{scheme}://{authority}{slash}{path}"
 
 
 def _target(request: web.Request, skip: int, *, paged: bool = False) -> tuple[_Target, str | None]:
@@ -442,6 +457,7 @@ async def _send_memento(
     loaded: LoadedRecord,
     found: _Neighbours,
     errors: dict[str, str],
+    served: ServedStats,
 ) -> web.StreamResponse:
     status, reason, archived = archived_response(loaded)
     assert found.selected is not None
@@ -465,13 +481,18 @@ async def _send_memento(
         size = loaded.content_length - len(loaded.warc_headers) - len(loaded.http_headers)
         response.content_length = max(size, 0)
     await add_cors_headers(response).prepare(request)
+    sent = 0
     try:
         if has_body and request.method != "HEAD":
             async for chunk in body:
                 await response.write(chunk)
+                sent += len(chunk)
         await response.write_eof()
     except ConnectionError:
         client_left(request)
+        return response
+    if request.method != "HEAD":
+        served.served(sent)
     return response
 
 
@@ -484,9 +505,11 @@ async def memento_handler(request: web.Request) -> web.StreamResponse:
     collection = collection_for(request)
     target, _ = _target(request, skip=2)
     requested = request.match_info["timestamp"]
-    query = _query(target.original, closest=pad_timestamp(requested, up=False))
+    if not TIMESTAMP_DIGITS.fullmatch(requested):  # the route's \d takes any script's digits
+        raise BadRequest("timestamp", f"{requested!r} is not 1 to 14 ASCII digits")
+    query = _query(target.original, closest=closest_timestamp(requested))
     try:
-        _step, loaded, errors = await find_record(collection, query)
+        step, loaded, errors = await find_record(collection, query)
     except NotFound as exc:
         return _not_found(exc.message, exc.errors, target.links())
     try:
@@ -501,6 +524,6 @@ async def memento_handler(request: web.Request) -> web.StreamResponse:
             # Served from a later step of a sequence (the first step's captures
             # did not load), or the index changed in between: no neighbours known.
             found.selected, found.prev, found.next = captured, None, None
-        return await _send_memento(request, target, loaded, found, errors)
+        return await _send_memento(request, target, loaded, found, errors, step.served)
     finally:
         await loaded.aclose()

@@ -24,6 +24,7 @@ served is then another URL's, and its ``Warcserver-Cdx`` line says
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Final
 from urllib.parse import quote
@@ -87,7 +88,10 @@ class _OriginalFinder:
         if bare:
             filters.append(CdxFilter("digest", "contains", bare, False))
         try:
-            query = CaptureQuery.for_url(url, closest=timestamp, filters=filters, limit=20)
+            # the URL of an archived record: looked up as archived, not checked
+            query = CaptureQuery.for_url(
+                url, closest=timestamp, filters=filters, limit=20, check=False
+            )
         except ValueError:
             return
         answer = await self.step.index.lookup(query)
@@ -137,11 +141,14 @@ async def find_record(
 class _Seen:
     """What :func:`_first_loadable` met: any capture, and whether every source failed."""
 
-    __slots__ = ("captures", "failed_all")
+    __slots__ = ("captures", "deadlines", "failed_all")
 
     def __init__(self) -> None:
         self.captures = False
         self.failed_all = True
+        #: Each step's lookup deadline, set by the exact lookup and kept by
+        #: the fuzzy retry (one deadline per request and step).
+        self.deadlines: dict[int, float] = {}
 
 
 async def _first_loadable(
@@ -153,7 +160,8 @@ async def _first_loadable(
     widened: Widened | None,
 ) -> tuple[Step, LoadedRecord] | None:
     """The first capture that loads, step by step, for ``query`` or its ``widened`` form."""
-    for step in collection.steps:
+    for position, step in enumerate(collection.steps):
+        deadline = seen.deadlines.setdefault(position, step.index.deadline())
         ctx = LoadContext(
             request_url=query.url,
             find_original=_OriginalFinder(step),
@@ -165,9 +173,9 @@ async def _first_loadable(
                 recent = await recorder.recent(query.url, ctx)
                 if recent is not None:
                     return step, recent
-            answer = await step.index.lookup(query)
+            answer = await step.index.lookup(query, deadline=deadline)
         else:
-            answer = await fuzzy_lookup(step.index, widened)
+            answer = await fuzzy_lookup(step.index, widened, deadline=deadline)
         errors.update(answer.errors)
         seen.failed_all = seen.failed_all and answer.failed_all
         try:
@@ -223,16 +231,27 @@ def _cdx_header(capture: CdxRecord) -> str:
     return line
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _header_safe(value: str) -> str:
+    """``value`` with control characters percent-encoded: a header line may not
+    hold them (a URL with ``%1F`` decoded, an archived URL)."""
+    if _CONTROL.search(value) is None:
+        return value
+    return _CONTROL.sub(lambda m: f"%{ord(m.group()):02X}", value)
+
+
 def record_headers(step: Step, loaded: LoadedRecord, errors: dict[str, str]) -> dict[str, str]:
     """pywb warcserver's Resource API headers for ``loaded`` (see module docstring)."""
     capture = loaded.capture
     headers = {
         "Content-Type": "application/warc-record",
         "Warcserver-Type": "warc",
-        "Warcserver-Cdx": _cdx_header(capture),
+        "Warcserver-Cdx": _header_safe(_cdx_header(capture)),
         "Warcserver-Source-Coll": quote(capture.source, safe=":/"),
-        "WARC-Target-URI": loaded.target_uri,
-        "Link": link_value(loaded.target_uri, "original"),
+        "WARC-Target-URI": _header_safe(loaded.target_uri),
+        "Link": _header_safe(link_value(loaded.target_uri, "original")),
     }
     try:
         headers["Memento-Datetime"] = timestamp_to_http_date(iso_to_timestamp(loaded.warc_date))
@@ -270,10 +289,12 @@ async def send_record(
         if whole is not None and len(whole) < 64 * 1024:
             if request.method == "HEAD":
                 return web.Response(headers=headers)
-            return web.Response(body=b"".join((head, whole)), headers=headers)
+            body = b"".join((head, whole))
+            step.served.served(len(body))
+            return web.Response(body=body, headers=headers)
         response = web.StreamResponse(headers=headers)
         try:
-            return await _stream_record(request, response, loaded, head, whole)
+            return await _stream_record(request, step, response, loaded, head, whole)
         except ConnectionError:
             client_left(request)
             return response
@@ -283,6 +304,7 @@ async def send_record(
 
 async def _stream_record(
     request: web.Request,
+    step: Step,
     response: web.StreamResponse,
     loaded: LoadedRecord,
     head: bytes,
@@ -297,14 +319,17 @@ async def _stream_record(
         await response.write(head)
         await response.write(whole)
         await response.write_eof()
+        step.served.served(len(head) + len(whole))
         return response
     pending = head
+    sent = 0
     try:
         async for chunk in loaded.body:
             if len(pending) + len(chunk) <= 64 * 1024:
                 pending += chunk
             else:
                 await response.write(pending)
+                sent += len(pending)
                 pending = chunk
     except LoadError as exc:
         # The status line is out: no error answer is possible any more (the
@@ -320,6 +345,7 @@ async def _stream_record(
             request.transport.close()
         return response
     await response.write_eof(pending)
+    step.served.served(sent + len(pending))
     return response
 
 

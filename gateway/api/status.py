@@ -1,16 +1,36 @@
-"""``GET /`` (collections and their steps), ``/_status`` (circuit breakers), ``/_health``."""
+"""``GET /`` (collections and their steps), ``/_status`` (circuit breakers), ``/_health``,
+``/_ready`` (readiness, :mod:`gateway.readiness`) and ``/metrics`` (:mod:`gateway.metrics`)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
-from gateway.keys import COLLECTIONS
+from gateway.api.pages import home_page, wants_html
+from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, METRICS, READINESS
+from gateway.readiness import collections_down
 
-__all__ = ["health_handler", "root_handler", "status_handler"]
+__all__ = [
+    "health_handler",
+    "metrics_handler",
+    "ready_handler",
+    "root_handler",
+    "status_handler",
+]
+
+#: The Prometheus text exposition format, version 0.0.4.
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def root_handler(request: web.Request) -> web.Response:
-    """``{"collections": {name: {"steps": [{"name", "sources": {member: description}}]}}}``."""
+    """``{"collections": {name: {"steps": [{"name", "sources": {member: description}}]}}}``.
+
+    A client asking for ``text/html`` (a browser) gets the collections page
+    instead (:func:`gateway.api.pages.home_page`).
+    """
+    if wants_html(request):
+        return await home_page(request)
     body = {
         name: {
             "sequence": collection.is_sequence,
@@ -44,3 +64,34 @@ async def status_handler(request: web.Request) -> web.Response:
 async def health_handler(request: web.Request) -> web.Response:
     """Liveness: ``{"ok": true}``."""
     return web.json_response({"ok": True})
+
+
+async def ready_handler(request: web.Request) -> web.Response:
+    """Readiness: ``{"ready": true}`` (200), or 503 ``{"ready": false, "reasons": {name: why}}``.
+
+    Not ready while starting or stopping, while the store is not open, while a
+    subsystem blocks readiness, or while a collection has every source down
+    (see :mod:`gateway.readiness`).
+    """
+    app = request.app
+    reasons = app[READINESS].reasons()
+    if app[CONFIG].uses_store and app[CLIENTS].store is None and "startup" not in reasons:
+        reasons["store"] = "the snapshot store is not open"
+    collections = app[COLLECTIONS]
+    reasons.update(collections_down(collections))
+    if reasons:
+        return web.json_response({"ready": False, "reasons": reasons}, status=503)
+    return web.json_response({"ready": True})
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    """Every metric family in the Prometheus text format 0.0.4 (:mod:`gateway.metrics`).
+
+    Rendered in a worker thread: registered collectors may block briefly.
+    """
+    metrics = request.app[METRICS]
+    metrics.registry(request.app)  # made once, here on the event loop, not in two threads
+    body = await asyncio.to_thread(metrics.render, request.app)
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = METRICS_CONTENT_TYPE
+    return response

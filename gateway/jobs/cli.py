@@ -67,8 +67,13 @@ def _worker(args: argparse.Namespace) -> int:
         f" ({', '.join(t.name for t in service.actor_types) or 'no actor types'})",
         file=sys.stderr,
     )
+    from gateway.store.errors import StoreError
+
     try:
         asyncio.run(run())
+    except StoreError as exc:  # the store cannot be opened (repair runs, newer index, I/O)
+        print(f"gateway worker: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         print(f"gateway worker: stopped on an error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -231,9 +231,14 @@ def create_schema(
         for object_type in types:
             for statement in _table_sql(object_type):
                 conn.execute(statement)
+            # An upsert that writes nothing when the row is already right: opening
+            # a database must not change it (``store add`` of a refused file).
             conn.execute(
-                "INSERT OR REPLACE INTO jobs_object_types (name, table_name, states, final)"
-                " VALUES (?, ?, ?, ?)",
+                "INSERT INTO jobs_object_types (name, table_name, states, final)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+                " table_name = excluded.table_name, states = excluded.states,"
+                " final = excluded.final WHERE (table_name, states, final)"
+                " IS NOT (excluded.table_name, excluded.states, excluded.final)",
                 (
                     object_type.name,
                     object_type.table,

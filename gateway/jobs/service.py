@@ -1,8 +1,10 @@
 """JobsService: the background work of one process (``gateway serve`` or ``gateway worker``).
 
 It gathers the actor types (the built-in ones and the plugins'), declares
-their hooks, opens the jobs database (the store's ``index.sqlite3``) and runs
-one :class:`~gateway.jobs.orchestrator.Orchestrator` until stopped.
+their hooks, opens the store shared (``store.lock``: ``store repair`` waits
+for it to stop; the index's schema migrated), opens the jobs database (the
+store's ``index.sqlite3``) and runs one
+:class:`~gateway.jobs.orchestrator.Orchestrator` until stopped.
 
 In ``gateway serve`` (``host_lock=True``) the orchestrator runs only while
 this process holds ``<store>/jobs.lock``: several serving processes on one
@@ -30,9 +32,11 @@ from gateway.jobs.registry import ACTOR_TYPES, object_types_of
 from gateway.jobs.report import read_report
 from gateway.jobs.settings import JobsSettings
 from gateway.store.layout import Layout
+from gateway.store.settings import StoreSettings
 
 if TYPE_CHECKING:
     from gateway.config import GatewayConfig
+    from gateway.store.store import Store
 
 __all__ = ["JobsService", "Role"]
 
@@ -48,7 +52,7 @@ class JobsService:
     def __init__(
         self,
         settings: JobsSettings,
-        store_root: Path,
+        store: StoreSettings,
         *,
         role: Role,
         plugins: Sequence[object] = (),
@@ -56,7 +60,10 @@ class JobsService:
         enabled: bool = True,
     ) -> None:
         self.settings = settings
-        self.layout = Layout(store_root)
+        self.store_settings = store
+        # Paths only: Store.open (in start) checks the root, and says when an
+        # older release's store is at the old default root.
+        self.layout = Layout(store.root_path)
         self.role = role
         self.enabled = enabled
         self.hooks = Hooks(plugins)
@@ -70,6 +77,7 @@ class JobsService:
         self.orchestrator: Orchestrator | None = None
         self._lock = HostLock(self.layout.root / "jobs.lock") if host_lock else None
         self._db: JobsDB | None = None
+        self._store: Store | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
 
@@ -86,7 +94,7 @@ class JobsService:
         try:
             return cls(
                 settings,
-                config.store.root_path,
+                config.store,
                 role=role,
                 plugins=plugins,
                 host_lock=role == "serve",
@@ -105,11 +113,22 @@ class JobsService:
 
     # ---------------------------------------------------------------- running
     async def start(self) -> None:
-        """Open the database and start the orchestrator task (when enabled)."""
+        """Open the store (shared) and the database, start the orchestrator task (when enabled).
+
+        Raises :class:`~gateway.store.errors.StoreError` when the store cannot
+        be opened (``store repair`` runs, the index is newer than this release).
+        """
         if not self.enabled or self._task is not None:
             return
+        from gateway.store.store import Store
+
+        self._store = await Store.open(self.store_settings, mode="shared")
         self._db = JobsDB(self.db_path, self.object_types)
-        await self._db.open()
+        try:
+            await self._db.open()
+        except BaseException:
+            await self.stop()
+            raise
         ctx = JobContext(
             db=self._db,
             hooks=self.hooks,
@@ -179,6 +198,9 @@ class JobsService:
             if self._db is not None:
                 db, self._db = self._db, None
                 await db.close()
+            if self._store is not None:
+                store, self._store = self._store, None
+                await store.close()
 
     # -------------------------------------------------------------- reporting
     async def report(self) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from urllib.parse import quote, unquote
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveFileNotFound, UnsafeFilename
 from gateway.loaders.redis_resolver import RedisResolver
+from gateway.missing_dirs import ensure_directory
 
 __all__ = [
     "RESOLVER_TYPES",
@@ -279,7 +280,7 @@ class PrefixResolver:
             # A fresh default config serves ./archive/warcs/ before any WARC is copied
             # there: create a missing directory, as a directory index ending in "/" is.
             try:
-                os.makedirs(config.prefix, exist_ok=True)
+                ensure_directory(config.prefix, "resource directory")
             except OSError as exc:
                 raise ValueError(
                     f"resource directory {config.prefix} does not exist and cannot be "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
@@ -20,14 +20,17 @@ from gateway.errors import ArchiveFileNotFound
 from gateway.loaders.base import LoadContext, LoadedRecord
 from gateway.loaders.resolvers import check_filename
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
-from gateway.store.store import Store
+
+if TYPE_CHECKING:
+    # The store (warcio, SQLite, the writer) is imported by the app that opens it.
+    from gateway.store.store import Store
 
 __all__ = ["SHORTHAND", "StoreGetter", "StoreRecordLoader", "StoreResolver", "StoreResolverConfig"]
 
 #: The shorthand that selects the snapshot store (``index: $store``).
 SHORTHAND = "$store"
 
-StoreGetter = Callable[[], Store | None]
+StoreGetter = Callable[[], "Store | None"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -322,7 +322,13 @@ class WarcLoader:
             consumed = payload.http_consumed
             if consumed and len(http_bytes) != consumed:
                 _adjust_content_length(warc_headers, len(http_bytes) - consumed)
+                warc_headers.remove_header("WARC-Block-Digest")
         if payload is not head:
+            # The block served is the revisit's HTTP headers over the original's
+            # payload: the original's block digest does not fit it (warcio check
+            # fails it), and recomputing it would read the payload before the
+            # headers go out. Left out; WARC-Payload-Digest still holds.
+            warc_headers.remove_header("WARC-Block-Digest")
             head_headers = head.record.rec_headers
             warc_headers.replace_header(
                 "WARC-Refers-To-Target-URI", warc_headers.get_header("WARC-Target-URI") or ""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import errno
 import importlib
 import os
@@ -486,6 +487,35 @@ async def open_record(
         raise
 
 
+def _fit_to_length(
+    record: Any, is_arc: bool, remaining: int, available: int, location: str, offset: int
+) -> int:
+    """The bytes of an uncompressed block left to serve, given ``available`` in
+    the record's indexed length after its header blocks.
+
+    A WARC record whose block ends before its ``Content-Length`` is torn: a
+    :class:`RecordFormatError`, never a record served short. An ARC record
+    may declare more than it holds: writers that counted the URL
+    percent-encoded (warcio's ``example-space-in-url.arc``: 12 bytes for six
+    spaces) wrote a length that runs past the record; the block is served as
+    it is in the file, its ``Content-Length`` made to fit.
+    """
+    short = remaining - available
+    if short <= 0:
+        return remaining
+    if not is_arc:
+        raise _format_error(
+            location,
+            offset,
+            f"the record ends {short} bytes before its Content-Length (a torn record)",
+        )
+    declared = record.rec_headers.get_header("Content-Length")
+    with contextlib.suppress(TypeError, ValueError):
+        record.rec_headers.replace_header("Content-Length", str(int(declared) - short))
+    record.raw_stream.limit = available
+    return available
+
+
 async def _parse(
     raw: _RawSource, offset: int, length: int | None, chunk_bytes: int, offload: bool
 ) -> OpenedRecord:
@@ -539,6 +569,8 @@ async def _parse(
         # binary junk included; a real one starts with a URL.
         line = window.buf[: window.buf.find(b"\n")].decode("latin-1")
         raise _format_error(location, offset, f"not an ARC header line: {line!r}")
+    if remaining is not None and length is not None and decoder.zobj is None:
+        remaining = _fit_to_length(record, is_arc, remaining, length - window.pos, location, offset)
     body = RecordBody(
         window.buf,
         window.pos,

@@ -44,6 +44,7 @@ from gateway.cdxops import LocalScan
 from gateway.clients import SharedClients
 from gateway.errors import SourceUnavailable
 from gateway.loaders.base import ResourceLoader
+from gateway.missing_dirs import ensure_directory
 from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdxj_scan import (
@@ -162,7 +163,7 @@ class CdxjFileSource:
             raise ValueError(f"index path {path} is neither a regular file nor a directory")
         if config.path.endswith(("/", os.sep)):
             try:
-                os.makedirs(path, exist_ok=True)
+                ensure_directory(path, "index directory")
             except OSError as exc:
                 raise ValueError(
                     f"cannot create index directory {path}: {exc.strerror or exc}"

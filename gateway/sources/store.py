@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
@@ -30,7 +30,9 @@ from gateway.loaders.store import SHORTHAND, StoreGetter, StoreRecordLoader
 from gateway.query import CaptureQuery
 from gateway.sources.base import SourceConfig
 from gateway.store.errors import StoreError
-from gateway.store.store import Store
+
+if TYPE_CHECKING:
+    from gateway.store.store import Store
 
 __all__ = ["StoreRecordLoader", "StoreSource", "StoreSourceConfig"]
 

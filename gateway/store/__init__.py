@@ -8,21 +8,20 @@ Modules, one concept each:
 - :mod:`~gateway.store.writer`    the writer task (batches, dedup, durability)
 - :mod:`~gateway.store.warcfile`  the open WARC file (append, truncate back, close)
 - :mod:`~gateway.store.db`        the SQLite index (captures, files, dedup)
+- :mod:`~gateway.store.schema`    the index's schema versions: the chain of migration steps
 - :mod:`~gateway.store.reader`    lookups: versions, latest, nearest, ranges
 - :mod:`~gateway.store.indexing`  index rows from WARC bytes (warcio)
 - :mod:`~gateway.store.framing`   strict "is this record whole?" scanner
 - :mod:`~gateway.store.verify`    framing + warcio digests of one file
-- :mod:`~gateway.store.recovery`  start-up recovery
-- :mod:`~gateway.store.importer`  verify and copy one WARC file in (``store add``'s steps)
-- :mod:`~gateway.store.online_import`  the ``import`` actor type: ``store add`` while serving
-- :mod:`~gateway.store.scrub`     the ``scrub`` actor type: closed files verified again
-- :mod:`~gateway.store.store_actor`  the base of the store's actor types
+- :mod:`~gateway.store.recovery`  recovery at open: unfinished files and imports only
+- :mod:`~gateway.store.importer`  ``store add``: verify, stage, publish
 - :mod:`~gateway.store.check`     ``store check``
 - :mod:`~gateway.store.repair`    ``store repair``
-- :mod:`~gateway.store.layout`    directory layout, file names, the store lock
+- :mod:`~gateway.store.layout`    directory layout, file names, the locks of several processes
 - :mod:`~gateway.store.cli`       ``gateway store add|history|check|repair``
 
-The on-disk layout is described in :mod:`gateway.store.layout`.
+The on-disk layout, what the store may touch and the lock model are
+described in :mod:`gateway.store.layout`.
 """
 
 from __future__ import annotations

@@ -7,14 +7,23 @@ For each WARC file under ``warcs/`` (see :mod:`gateway.store.verify`):
   type, WARC-Record-ID, URL and timestamp; no entry points past the end;
 - every indexable record has an index entry;
 - every revisit the store wrote refers (``WARC-Refers-To``) to an indexed full
-  record, never to another revisit.
+  record, never to another revisit;
+- a closed file's SHA-256 is the one its row recorded when it was closed or
+  imported (rows of older releases have none).
 
 And for the store as a whole: the SQLite index passes ``quick_check``; every
-indexed file exists, every file is indexed; no ``.importing`` leftovers, no
-``.open`` files (a store not shut down cleanly) and no stray ``.open`` links.
+indexed file exists; no interrupted imports, no ``.open`` files (a writer
+that did not close them) and no stray ``.open`` links. Files under
+``warcs/`` that the index does not know are *orphans*: one the store wrote
+(:func:`~gateway.store.verify.written_by_store`) is ``not_indexed`` and
+``store repair`` indexes it; any other is a ``foreign_file``, which the store
+never touches (``store add`` imports a copy of it).
 
-While a writer holds the store (the gateway runs), ``check`` takes the lock
-shared only if it can; if not it checks closed files only and says so.
+On a store nobody else has open, ``check`` holds ``store.lock`` exclusive
+and reads the index without changing a byte of it (an index of an older
+schema is migrated in a scratch copy). Beside other processes it takes the
+lock shared and reads their live index; beside a writer it skips the file
+being written, and everywhere the imports in progress, and says so.
 """
 
 from __future__ import annotations
@@ -24,15 +33,19 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from warcio.timeutils import iso_date_to_timestamp
-
+from gateway.progress import progress_bar
 from gateway.store.db import FileRow, IndexDB, StoredRow
-from gateway.store.indexing import FULL_RECORD_TYPES, INDEXED_TYPES
-from gateway.store.layout import IMPORTING_SUFFIX, OPEN_SUFFIX, Layout, StoreLock, is_warc_name
-from gateway.store.progress import ProgressBar
-from gateway.store.verify import FileVerdict, RecordInfo, verify_file
+from gateway.store.errors import StoreError
+from gateway.store.indexing import FULL_RECORD_TYPES, is_indexed, timestamp_of
+from gateway.store.layout import IMPORTING_SUFFIX, OPEN_SUFFIX, Layout, StoreLock
+from gateway.store.recovery import file_sha256
+from gateway.store.schema import SCHEMA_VERSION, schema_version
+from gateway.store.verify import FileVerdict, RecordInfo, verify_file, written_by_store
+
+if TYPE_CHECKING:
+    from gateway.progress import Bar
 
 __all__ = [
     "CheckReport",
@@ -51,6 +64,7 @@ ProblemKind = Literal[
     "not_closed",
     "missing_file",
     "not_indexed",
+    "foreign_file",
     "torn_tail",
     "damaged",
     "digest",
@@ -58,6 +72,7 @@ ProblemKind = Literal[
     "index_past_end",
     "unindexed_record",
     "revisit_original",
+    "sha256",
 ]
 
 #: Problems that :func:`gateway.store.repair.repair_store` fixes by re-indexing.
@@ -66,11 +81,15 @@ REINDEX_KINDS: frozenset[ProblemKind] = frozenset(
 )
 #: Problems fixed by salvaging the whole records into a new file.
 SALVAGE_KINDS: frozenset[ProblemKind] = frozenset({"damaged", "digest"})
+#: A file whose bytes changed while every record stays whole and valid:
+#: ``store repair`` records its new SHA-256 and says so.
+RESHA_KINDS: frozenset[ProblemKind] = frozenset({"sha256"})
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One finding: ``file`` is a name under ``warcs/`` ("" for the store itself)."""
+    """One finding: ``file`` is a name under ``warcs/`` ("" for the store itself;
+    ``incoming/<name>`` for a staged import)."""
 
     kind: ProblemKind
     file: str
@@ -78,14 +97,24 @@ class Problem:
     offset: int | None = None
 
     def __str__(self) -> str:
-        where = f"warcs/{self.file}" if self.file else "store"
+        if not self.file:
+            where = "store"
+        elif self.file.startswith("incoming/"):
+            where = self.file
+        else:
+            where = f"warcs/{self.file}"
         at = f": offset {self.offset}" if self.offset is not None else ""
         return f"{where}{at}: {self.message} [{self.kind}]"
 
 
 @dataclass(slots=True)
 class CheckReport:
-    """Problems found plus counts; ``live`` when a writer held the store."""
+    """Problems found plus counts.
+
+    ``live``: other processes had the store open; ``skipped``: files left
+    out because they were being written or imported; ``notes``: oddities
+    kept on purpose (an imported ARC file's short last record).
+    """
 
     problems: list[Problem] = field(default_factory=list)
     files: int = 0
@@ -93,6 +122,7 @@ class CheckReport:
     entries: int = 0
     live: bool = False
     skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     verdicts: dict[str, FileVerdict] = field(default_factory=dict)
 
     @property
@@ -102,18 +132,14 @@ class CheckReport:
     def summary(self) -> str:
         text = f"{self.files} file(s), {self.records} record(s), {self.entries} index entries"
         if self.skipped:
-            text += f"; {len(self.skipped)} open file(s) skipped (the store is in use)"
+            text += f"; {len(self.skipped)} file(s) being written or imported skipped"
         if self.ok:
             return f"{text}: OK"
         return f"{text}: {len(self.problems)} problem(s); run `gateway store repair` to fix"
 
 
 def _indexable(info: RecordInfo) -> bool:
-    if info.rec_type not in INDEXED_TYPES:
-        return False
-    return not (
-        info.rec_type in ("resource", "metadata") and info.content_type == "application/warc-fields"
-    )
+    return is_indexed(info.rec_type, info.content_type, info.warc_date)
 
 
 def compare_rows(
@@ -146,7 +172,7 @@ def compare_rows(
             info.rec_type,
             info.record_id,
             info.url,
-            iso_date_to_timestamp(info.warc_date) if info.warc_date else "",
+            timestamp_of(info.warc_date) or "",
         )
         actual = (row.length, row.rec_type, row.record_id, row.url, row.timestamp)
         if expected != actual:
@@ -213,109 +239,222 @@ def verify_problems(name: str, is_open: bool, verdict: FileVerdict) -> list[Prob
     return out
 
 
+def _orphan(layout: Layout, name: str) -> Problem:
+    path = layout.warcs / name
+    if path.is_file() and written_by_store(path):
+        return Problem(
+            "not_indexed",
+            name,
+            "written by this store but not in its index (`gateway store repair` indexes it)",
+        )
+    return Problem(
+        "foreign_file",
+        name,
+        "not a file of this store; the store never moves or deletes it (to import it, move it "
+        "out of the store and `gateway store add` it)",
+    )
+
+
+def _disk_problems(
+    layout: Layout, files: dict[str, FileRow], on_disk: set[str], report: CheckReport
+) -> None:
+    """Names under ``warcs/`` the index does not account for, and leftovers."""
+    accounted = set()
+    for file in files.values():
+        accounted.add(file.disk_name)
+        if file.open and report.live:
+            accounted.add(file.name)  # a close in progress links the final name first
+        if file.open_link or file.state == "closed":
+            link = file.name + OPEN_SUFFIX
+            if link in on_disk:
+                accounted.add(link)
+                if report.live and file.open_link:
+                    continue
+                report.problems.append(
+                    Problem("leftover_link", link, "stray name of a closed file")
+                )
+    for name in sorted(on_disk - accounted):
+        if name.endswith(IMPORTING_SUFFIX):
+            report.problems.append(
+                Problem("leftover_import", name, "a copy left by an interrupted `store add`")
+            )
+        else:
+            report.problems.append(_orphan(layout, name))
+    if not report.live and layout.incoming.is_dir():
+        for name in sorted(os.listdir(layout.incoming)):
+            report.problems.append(
+                Problem(
+                    "leftover_import",
+                    f"incoming/{name}",
+                    "a copy left by an interrupted `store add` (the next open removes it)",
+                )
+            )
+
+
 def check_files(
-    layout: Layout, db: IndexDB, *, live: bool = False, progress: ProgressBar | None = None
+    layout: Layout,
+    db: IndexDB,
+    *,
+    live: bool = False,
+    writer_live: bool = False,
+    progress: Bar | None = None,
 ) -> CheckReport:
-    """Check with an already opened index (``store repair`` reuses it). Blocking."""
+    """Check with an already opened index (``store repair`` reuses it). Blocking.
+
+    ``live``: other processes have the store open (their imports in
+    progress are skipped); ``writer_live``: one of them writes (its open
+    file is skipped). ``progress``: a bar
+    (:func:`gateway.progress.progress_bar`) whose total is set to the bytes
+    to read (twice each file's size, plus once for each SHA-256) and closed
+    at the end.
+    """
     report = CheckReport(live=live)
     quick = db.quick_check()
     if quick != "ok":
         report.problems.append(Problem("index_db", "", f"SQLite quick_check: {quick}"))
     on_disk = set(os.listdir(layout.warcs)) if layout.warcs.is_dir() else set()
     files = {f.name: f for f in db.files()}
-    todo: list[tuple[str, FileRow | None]] = []
-    for name in sorted(on_disk):
-        path = layout.warcs / name
-        base = name.removesuffix(OPEN_SUFFIX)
-        if name.endswith(IMPORTING_SUFFIX):
-            if not live:
-                report.problems.append(Problem("leftover_import", name, "interrupted import"))
-            continue
-        if not is_warc_name(base):
-            continue
-        if name.endswith(OPEN_SUFFIX):
-            if base in on_disk and os.path.samefile(path, layout.warcs / base):
-                if not live:
-                    report.problems.append(
-                        Problem("leftover_link", name, "stray name of a closed file")
-                    )
-                continue
+    _disk_problems(layout, files, on_disk, report)
+    todo: list[tuple[Path, FileRow]] = []
+    for file in files.values():
+        if file.state == "importing":
             if live:
-                report.skipped.append(name)
-                continue
-            report.problems.append(
-                Problem("not_closed", name, "still open: the store was not shut down cleanly")
-            )
-        file = files.get(base)
-        if file is None:
-            report.problems.append(Problem("not_indexed", name, "file is not in the index"))
-        todo.append((name, file))
-    for name, file in files.items():
-        if name not in on_disk and name + OPEN_SUFFIX not in on_disk:
+                report.skipped.append(file.name)
+            else:
+                report.problems.append(
+                    Problem(
+                        "leftover_import",
+                        file.name,
+                        "an interrupted import (the next open finishes or undoes it)",
+                    )
+                )
+            continue
+        if file.open and writer_live:
+            report.skipped.append(file.disk_name)
+            continue
+        path = layout.path_of(file.name, fs_version=file.fs_version, open_=file.open)
+        if not path.is_file():
             report.problems.append(
                 Problem(
                     "missing_file",
-                    name,
+                    file.name,
                     f"{db.count_rows(file.id)} index entries "
                     "point into this file, which does not exist",
                 )
             )
-    total = sum((layout.warcs / name).stat().st_size for name, _ in todo)
-    bar = progress or ProgressBar(2 * total, label="store check", enabled=False)
-    bar.total = max(2 * total, 1)
-    for name, file in todo:
-        verdict = verify_file(layout.warcs / name, progress=bar.advance)
-        report.verdicts[name] = verdict
+            continue
+        if file.open:
+            report.problems.append(
+                Problem(
+                    "not_closed",
+                    file.disk_name,
+                    "still open: its writer stopped without closing it (the next writer, "
+                    "or `gateway store repair`, closes it)",
+                )
+            )
+        todo.append((path, file))
+    total = sum(path.stat().st_size for path, _ in todo)
+    bar = progress if progress is not None else progress_bar("store check", enabled=False)
+    bar.total = 3 * total
+    bar.refresh()
+    for path, file in todo:
+        try:
+            size = path.stat().st_size
+            verdict = verify_file(path, progress=bar.update)
+        except FileNotFoundError:  # closed or moved by another process meanwhile
+            report.skipped.append(path.name)
+            continue
+        report.verdicts[file.name] = verdict
         report.files += 1
         report.records += len(verdict.records)
-        report.problems.extend(verify_problems(name, name.endswith(OPEN_SUFFIX), verdict))
-        if file is not None:
-            rows = db.rows_of_file(file.id)
-            report.entries += len(rows)
-            compare_rows(file, rows, verdict, db, report.problems)
-    bar.finish()
+        report.notes.extend(f"warcs/{path.name}: {note}" for note in verdict.notes)
+        problems = verify_problems(path.name, file.open, verdict)
+        report.problems.extend(problems)
+        if file.state == "closed" and file.sha256 is not None and not problems:
+            actual = file_sha256(path, progress=bar.update)
+            if actual != file.sha256:
+                report.problems.append(
+                    Problem(
+                        "sha256",
+                        file.name,
+                        f"the file changed after it was closed: SHA-256 {actual}, "
+                        f"recorded {file.sha256} (its records pass their digests)",
+                    )
+                )
+        else:
+            bar.update(size)
+        rows = db.rows_of_file(file.id)
+        report.entries += len(rows)
+        compare_rows(file, rows, verdict, db, report.problems)
+    bar.close()
     return report
 
 
-def _open_index(layout: Layout, live: bool, scratch: Path) -> IndexDB:
+def _open_index(layout: Layout, alone: bool, scratch: Path) -> IndexDB:
     """Open the index for reading without changing any file of the store.
 
-    Clean store: ``immutable`` (no -wal/-shm files are created). Crashed store
-    (a -wal file to replay): a copy of the index and its WAL in ``scratch``,
-    since SQLite would otherwise rewrite the -shm index of the WAL. Live
-    store: read-only beside the writer.
+    Beside other processes: read-only on the live index (they keep its WAL
+    files). Alone, clean store: ``immutable`` (no -wal/-shm files are
+    created). Alone, crashed store (a -wal file to replay) or an index of an
+    older schema: a copy in ``scratch`` (SQLite would otherwise rewrite the
+    -shm index of the WAL; a migration writes), migrated there.
     """
+    if not alone:
+        db = IndexDB(layout.db_path, access="read")
+        if schema_version(db.conn) < SCHEMA_VERSION:
+            db.close()
+            raise StoreError(
+                f"{layout.db_path} has an older schema while other processes use it; "
+                "retry when the store has been opened by this release"
+            )
+        return db
     wal = layout.db_path.with_name(layout.db_path.name + "-wal")
-    if live:
-        return IndexDB(layout.db_path, access="read")
-    if not wal.exists():
-        return IndexDB(layout.db_path, access="immutable")
     copy = scratch / layout.db_path.name
+    if not wal.exists():
+        db = IndexDB(layout.db_path, access="immutable")
+        if schema_version(db.conn) >= SCHEMA_VERSION:
+            return db
+        db.close()
     shutil.copyfile(layout.db_path, copy)
-    shutil.copyfile(wal, copy.with_name(wal.name))
-    return IndexDB(copy, access="read")
+    if wal.exists():
+        shutil.copyfile(wal, copy.with_name(wal.name))
+    return IndexDB(copy, access="write", synchronous="OFF")
 
 
 def check_store(layout: Layout, *, progress: bool | None = None) -> CheckReport:
     """Check the store at ``layout`` without changing anything (blocking).
 
-    ``progress``: see :class:`ProgressBar` ``enabled``. A missing store or
-    index is reported as a problem.
+    ``progress``: draw a bar (None: when standard error is a terminal; see
+    :func:`gateway.progress.progress_bar`). A missing store or index is
+    reported as a problem, and so is a store ``store repair`` holds.
     """
     if not layout.exists():
         return CheckReport(problems=[Problem("index_db", "", f"no store at {layout.root}")])
     lock = StoreLock(layout.lock_path)
-    live = layout.lock_path.exists() and not lock.try_acquire("shared")
+    alone = lock.try_acquire("exclusive")
+    if not alone and not lock.try_acquire("shared"):
+        return CheckReport(
+            problems=[
+                Problem("index_db", "", "`gateway store repair` holds the store; retry later")
+            ]
+        )
+    writer_live = False
+    if not alone and layout.writer_lock_path.exists():
+        writer = StoreLock(layout.writer_lock_path, exclusive_only=True)
+        writer_live = not writer.try_acquire("exclusive")
+        writer.release()
     try:
         if not layout.db_path.exists():
-            report = CheckReport(live=live)
+            report = CheckReport(live=not alone)
             report.problems.append(Problem("index_db", "", f"{layout.db_path} is missing"))
             return report
         with tempfile.TemporaryDirectory(prefix="store-check-") as scratch:
-            db = _open_index(layout, live, Path(scratch))
+            db = _open_index(layout, alone, Path(scratch))
             try:
-                bar = ProgressBar(0, label="store check", enabled=progress)
-                return check_files(layout, db, live=live, progress=bar)
+                bar = progress_bar("store check", enabled=progress)
+                return check_files(
+                    layout, db, live=not alone, writer_live=writer_live, progress=bar
+                )
             finally:
                 db.close()
     finally:

@@ -2,29 +2,33 @@
 
 ::
 
-    gateway store add [--root DIR | --config FILE] [--no-wait] WARC...
+    gateway store add [--root DIR | --config FILE] [--progress | --no-progress] [--no-wait] WARC...
     gateway store history [--root DIR | --config FILE] URL
                           [--at TS | --from TS --to TS | --latest | --all] [--output cdxj|json]
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
-    gateway store repair [--root DIR | --config FILE]
+    gateway store repair [--root DIR | --config FILE] [--progress | --no-progress]
 
-``--root`` defaults to ``./archive``; ``--config`` takes the ``store:``
-section of a collections.yaml (through ``gateway.config``, the only YAML
-reader). Exit status: 0 success, 1 problems found or a file rejected, 2 bad
-usage or the store is in use / missing.
+``--root`` defaults to ``./archive/store``; ``--config`` takes the
+``store:`` section of a collections.yaml (through ``gateway.config``, the
+only YAML reader). Exit status: 0 success, 1 problems found or a file
+rejected, 2 bad usage or the store is in use / missing. ``add``, ``check``
+and ``repair`` draw a progress bar on standard error when it is a terminal
+(:mod:`gateway.progress`).
 
-``check`` never changes anything; ``repair`` needs the store to itself
-(stop the gateway first); ``add`` and ``history`` work while a gateway runs
-(``add`` hands the files to the store as import objects and imports them
-itself, unless ``--no-wait`` leaves them to the gateway's or a worker's
-import actor; see :mod:`gateway.store.online_import`).
-Also runnable alone: ``python -m gateway.store.cli check --root DIR``.
+``check`` never changes anything; ``add`` and ``history`` work beside a
+running gateway (they open the store shared); ``repair`` needs the store to
+itself (stop every process using it first). ``add`` hands the files to the
+store as ``import`` objects of its background work and imports them itself
+(an import actor over its own files), unless ``--no-wait`` leaves them to a
+running ``gateway serve`` or ``gateway worker``; see
+:mod:`gateway.store.online_import`. Also runnable alone:
+``python -m gateway.store.cli check --root DIR``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -32,11 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.errors import ConfigError
+from gateway.progress import add_progress_argument
 from gateway.store.errors import StoreError, StoreLocked
+from gateway.store.layout import DEFAULT_ROOT
 from gateway.store.settings import StoreSettings
 
 if TYPE_CHECKING:
+    from gateway.jobs.db import JobObject
     from gateway.jobs.settings import JobsSettings
+    from gateway.progress import Bar
 
 # The commands import the store itself when they run (warcio, SQLite and
 # the writer are not needed to print ``--help``).
@@ -66,17 +74,6 @@ def _settings(args: argparse.Namespace) -> StoreSettings:
     return StoreSettings(root=args.root)
 
 
-def _jobs_settings(args: argparse.Namespace) -> JobsSettings:
-    """The ``jobs:`` section of ``--config`` (tick limits of the import), else the defaults."""
-    from gateway.jobs.settings import JobsSettings
-
-    if args.config and args.settings_loader is None:
-        from gateway.config import load_config
-
-        return load_config(args.config).jobs
-    return JobsSettings()
-
-
 def _timestamp(text: str) -> str:
     if not _TS.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a timestamp; expected 1 to 14 digits")
@@ -88,53 +85,67 @@ def _err(command: str, message: object) -> None:
 
 
 # ------------------------------------------------------------------ commands
+def _jobs_settings(args: argparse.Namespace) -> JobsSettings:
+    """The ``jobs:`` section of ``--config`` (the import's tick limit), else the defaults."""
+    from gateway.jobs.settings import JobsSettings
+
+    if args.config and args.settings_loader is None:
+        from gateway.config import load_config
+
+        return load_config(args.config).jobs
+    return JobsSettings()
+
+
 def _cmd_add(args: argparse.Namespace) -> int:
-    from gateway.jobs.db import JobObject
-    from gateway.store.online_import import add_files
-    from gateway.store.progress import ProgressBar
+    import asyncio
+
+    from gateway.progress import progress_bar
+    from gateway.store.online_import import Settled, add_files
 
     settings = _settings(args)
     sources = [Path(name).absolute() for name in args.warcs]
-    total = sum(p.stat().st_size for p in sources if p.is_file())
-    bar = ProgressBar(total * 3, label="store add", enabled=args.progress)
+    # Verification reads each file three times (framing, warcio's digests, SHA-256).
+    total = 3 * sum(p.stat().st_size for p in sources if p.is_file())
     waiting_for: set[tuple[int, str]] = set()
 
-    def on_final(obj: JobObject) -> None:
-        source, name = obj["source_path"], obj["name"]
-        if obj.status == "imported":
-            print(f"{source}: added as warcs/{name}, {obj['records']} captures indexed")
-        elif obj.status == "present":
-            print(f"{source}: already in the store as warcs/{name}")
-        elif obj.status == "refused":
-            _err("add", f"{source}: refused:")
-            for line in str(obj["reason"]).splitlines():
-                print(f"  {line}", file=sys.stderr)
-        else:
-            _err("add", f"{source}: failed, gave up: {obj.last_error}")
+    with progress_bar("store add", total, enabled=args.progress) as bar:
 
-    def on_waiting(pending: list[JobObject]) -> None:
-        for obj in pending:
-            key = (obj.id, obj.lease_owner or obj.last_error or "")
-            if key in waiting_for:
-                continue
-            waiting_for.add(key)
-            if obj.lease_owner and not obj.lease_owner.startswith("store-add"):
-                print(f"{obj['source_path']}: being imported by {obj.lease_owner}", file=sys.stderr)
-            elif obj.last_error:
-                print(f"{obj['source_path']}: retrying after: {obj.last_error}", file=sys.stderr)
+        def on_final(obj: JobObject) -> None:
+            _report_import(bar, obj)
 
-    report = asyncio.run(
-        add_files(
-            settings.root_path,
-            sources,
-            settings=_jobs_settings(args),
-            wait=not args.no_wait,
-            on_final=on_final,
-            on_waiting=on_waiting,
-            progress=bar.advance,
+        def on_settled(item: Settled) -> None:
+            path, status, detail = item
+            if status == "present":
+                bar.write(f"{path}: already in the store as warcs/{detail}", file=sys.stdout)
+            else:
+                _report_refused(bar, path, detail)
+
+        def on_waiting(pending: list[JobObject]) -> None:
+            for obj in pending:
+                owner = obj.lease_owner or ""
+                key = (obj.id, owner or obj.last_error or "")
+                if key in waiting_for:
+                    continue
+                waiting_for.add(key)
+                if owner and not owner.startswith("store-add"):
+                    line = f"{obj['source_path']}: being imported by {owner}"
+                    bar.write(line, file=sys.stderr)
+                elif obj.last_error:
+                    line = f"{obj['source_path']}: trying again after: {obj.last_error}"
+                    bar.write(line, file=sys.stderr)
+
+        report = asyncio.run(
+            add_files(
+                settings,
+                sources,
+                settings=_jobs_settings(args),
+                wait=not args.no_wait,
+                on_final=on_final,
+                on_settled=on_settled,
+                on_waiting=on_waiting,
+                progress=bar.update,
+            )
         )
-    )
-    bar.finish()
     if args.no_wait:
         print(
             f"store add: handed in {len(sources)} file(s) (batch {report.batch});"
@@ -153,34 +164,58 @@ def _cmd_add(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _report_refused(bar: Bar, source: object, reason: str) -> None:
+    problems = "".join(f"\n  {line}" for line in reason.splitlines())
+    bar.write(
+        f"gateway store add: {source}: refused, nothing was changed:{problems}", file=sys.stderr
+    )
+
+
+def _report_import(bar: Bar, obj: JobObject) -> None:
+    """The line ``store add`` prints above its bar when a file's import ends."""
+    source = obj["source_path"]
+    if obj.status == "imported":
+        line = f"{source}: added as warcs/{obj['stored_as']}, {obj['captures']} captures indexed"
+        bar.write(line, file=sys.stdout)
+        for note in json.loads(str(obj["notes"])):
+            bar.write(f"  note: {note}", file=sys.stdout)
+    elif obj.status == "present":
+        bar.write(f"{source}: already in the store as warcs/{obj['stored_as']}", file=sys.stdout)
+    elif obj.status == "refused":
+        _report_refused(bar, source, str(obj["reason"]))
+    else:
+        bar.write(
+            f"gateway store add: {source}: failed, gave up: {obj.last_error}", file=sys.stderr
+        )
+
+
 def _cmd_history(args: argparse.Namespace) -> int:
     if (args.at or args.latest) and (args.from_ts or args.to_ts):
         _err("history", "--from/--to cannot be combined with --at or --latest")
         return 2
-    from gateway.store.layout import Layout
-    from gateway.store.reader import StoreReader
+    from gateway.store.layout import layout_for
+    from gateway.store.store import Store
 
     settings = _settings(args)
-    layout = Layout(settings.root_path)
+    layout = layout_for(settings.root)
     if not layout.db_path.exists():
         _err("history", f"no store at {layout.root}")
         return 2
 
     async def run() -> int:
-        reader = StoreReader(layout.db_path)
-        try:
-            records = await reader.history(
+        async with await Store.open(settings, mode="shared") as store:
+            records = await store.history(
                 args.url,
                 at=args.at,
                 from_ts=args.from_ts,
                 to_ts=args.to_ts,
                 latest=args.latest,
             )
-        finally:
-            reader.close()
         for record in records:
             sys.stdout.write(record.to_json() if args.output == "json" else record.to_cdxj())
         return 0
+
+    import asyncio
 
     try:
         return asyncio.run(run())
@@ -191,10 +226,12 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from gateway.store.check import check_store
-    from gateway.store.layout import Layout
+    from gateway.store.layout import layout_for
 
     settings = _settings(args)
-    report = check_store(Layout(settings.root_path), progress=args.progress)
+    report = check_store(layout_for(settings.root), progress=args.progress)
+    for note in report.notes:
+        print(f"note: {note}")
     for problem in report.problems:
         print(problem)
     print(f"store check: {report.summary()}")
@@ -202,11 +239,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from gateway.store.layout import Layout
+    from gateway.store.layout import layout_for
     from gateway.store.repair import repair_store
 
     settings = _settings(args)
-    report = repair_store(Layout(settings.root_path))
+    report = repair_store(layout_for(settings.root), progress=args.progress)
     for line in report.recovery.describe() + report.actions:
         print(f"repair: {line}")
     for problem in report.final.problems:
@@ -235,7 +272,9 @@ def _guarded(command: str, func: Callable[[argparse.Namespace], int]) -> Callabl
 # ------------------------------------------------------------------- parsers
 def _common(parser: argparse.ArgumentParser, settings_loader: SettingsLoader | None) -> None:
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--root", default="./archive", help="store directory (default ./archive)")
+    where.add_argument(
+        "--root", default=DEFAULT_ROOT, help=f"store directory (default {DEFAULT_ROOT})"
+    )
     where.add_argument("--config", help="take the store: section of this collections.yaml")
     parser.set_defaults(settings_loader=settings_loader)
 
@@ -247,20 +286,17 @@ def add_store_commands(
 ) -> None:
     """Register ``add``, ``history``, ``check``, ``repair``; each sets ``run(args) -> int``."""
     add = leaves.add_parser(
-        "add", help="import WARC files (verify with warcio, copy, index), also while serving"
+        "add", help="import WARC/ARC files (verify with warcio, copy, index); beside a gateway too"
     )
     _common(add, settings_loader)
-    add.add_argument("warcs", nargs="+", metavar="WARC", help=".warc or .warc.gz files")
+    add_progress_argument(add)
+    add.add_argument(
+        "warcs", nargs="+", metavar="WARC", help=".warc, .warc.gz, .arc or .arc.gz files"
+    )
     add.add_argument(
         "--no-wait",
         action="store_true",
         help="hand the files in and return; a running gateway serve or worker imports them",
-    )
-    add.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress bar on stderr (default: on a terminal or a long run)",
     )
     add.set_defaults(run=_guarded("add", _cmd_add))
 
@@ -289,16 +325,14 @@ def add_store_commands(
         "check", help="verify every record and index entry; exits 1 on problems"
     )
     _common(check, settings_loader)
-    check.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress bar on stderr (default: on a terminal or a long run)",
-    )
+    add_progress_argument(check)
     check.set_defaults(run=_guarded("check", _cmd_check))
 
-    repair = leaves.add_parser("repair", help="fix what check finds (stop the gateway first)")
+    repair = leaves.add_parser(
+        "repair", help="fix what check finds (stop every process using the store first)"
+    )
     _common(repair, settings_loader)
+    add_progress_argument(repair)
     repair.set_defaults(run=_guarded("repair", _cmd_repair))
 
 

@@ -1,104 +1,131 @@
-"""The store's index: capture rows and WARC files in SQLite (WAL mode).
+"""The store's index: WARC files and capture rows in SQLite (WAL mode).
 
-Schema::
+The schema and its versions are in :mod:`gateway.store.schema`. Columns::
 
-    files(id, name UNIQUE, open, origin, indexed_end)
-        name is the closed name (``x.warc.gz``); while ``open`` is 1 the file
-        on disk carries ``.open``. ``indexed_end``: bytes of the file covered
-        by index rows (the end of its last whole record). ``origin``:
-        ``written`` by the store, ``imported`` by ``store add``, ``found``
-        by recovery.
+    files(id, name UNIQUE, origin, indexed_end, state, open_link,
+          sha256, fs_version, date)
+        name: the closed name (``x.warc.gz``), which is the CDX ``filename``;
+        state: ``open`` (being written; on disk as ``name.open``),
+            ``importing`` (``store add`` copying it in; staged in
+            ``incoming/``), ``closed``;
+        open_link: 1 while a closed file's ``.open`` name is still linked
+            (the writer removes it after a grace period);
+        origin: ``written`` by the store's writer, ``imported`` by
+            ``store add`` (the store wrote the copy), ``found`` (adopted by
+            an older release's recovery: a file the store did not write);
+        indexed_end: bytes of the file covered by index rows (the end of its
+            last whole record);
+        sha256: hex digest of the whole file, set when it is closed or
+            imported (NULL on rows of older releases until computed);
+        fs_version: the layout the file is stored under
+            (:meth:`Layout.path_of <gateway.store.layout.Layout.path_of>`);
+        date: the file's creation date, 14 digits UTC (from the store's own
+            file name, or the first record's WARC-Date for imported files).
     captures(id, urlkey, timestamp, file_id, offset, length, rec_type, url,
              mime, status, digest, warc_date, record_id, extra)
         id grows with acknowledgement order: the tie-break between captures
         of one URL in the same second (both are kept, ordered by id).
 
-The same database holds the background jobs' tables (``jobs_*``, made by
-:func:`gateway.jobs.db.create_schema`): the objects of the import and scrub
-actor types, among others.
-
 Indexes: ``(urlkey, timestamp, id)`` for lookups, ``(digest, id)`` over full
 records (``response``/``resource``) for deduplication, ``(file_id, offset)``
-and ``(record_id)`` for recovery and checks.
+and ``(record_id)`` for recovery and checks; partial indexes over unfinished
+files and pending links (start-up reads only those) and over ``sha256``.
 
 A row is committed only after its bytes are written (and fsynced under
 ``fsync: always``), so a committed row, which is what lookups and the dedup
-index see, always points at a whole record. Every method is blocking: the
-writer connection is used by one thread at a time (the writer task's, or
-recovery before the writer starts); lookups run in worker threads on
-:class:`ReaderPool` connections.
+index see, always points at a whole record. A file's row is written before
+the file is created, so no crash leaves a file of the store that the index
+does not know.
+
+Every method is blocking and each :class:`IndexDB` connection is used by
+one thread at a time (the writer's, an import's, recovery's). Several
+processes write the same index (the recording gateway, ``store add``,
+background workers): every write is one short ``BEGIN IMMEDIATE``
+transaction, and a connection waits up to :data:`BUSY_TIMEOUT_MS` for
+another's to end, so no user sees ``database is locked``. Lookups run in
+worker threads on :class:`ReaderPool` connections (WAL readers never wait).
 """
 
 from __future__ import annotations
 
 import queue
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
 
-from gateway.jobs.db import create_schema as create_jobs_schema
 from gateway.store.indexing import FULL_RECORD_TYPES, IndexRow, extra_from_json, extra_to_json
 from gateway.store.layout import OPEN_SUFFIX
+from gateway.store.schema import migrate
 
-__all__ = ["Access", "FileRow", "IndexDB", "Origin", "ReaderPool", "StoredRow"]
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "OWNED_ORIGINS",
+    "FileRow",
+    "FileState",
+    "IndexDB",
+    "Origin",
+    "ReaderPool",
+    "StoredRow",
+]
 
 Origin = Literal["written", "imported", "found"]
+FileState = Literal["open", "importing", "closed"]
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS files (
-    id INTEGER PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    open INTEGER NOT NULL,
-    origin TEXT NOT NULL,
-    indexed_end INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS captures (
-    id INTEGER PRIMARY KEY,
-    urlkey TEXT NOT NULL,
-    timestamp TEXT NOT NULL,
-    file_id INTEGER NOT NULL REFERENCES files(id),
-    offset INTEGER NOT NULL,
-    length INTEGER NOT NULL,
-    rec_type TEXT NOT NULL,
-    url TEXT NOT NULL,
-    mime TEXT NOT NULL,
-    status TEXT NOT NULL,
-    digest TEXT NOT NULL,
-    warc_date TEXT NOT NULL,
-    record_id TEXT NOT NULL,
-    extra TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS captures_key ON captures(urlkey, timestamp, id);
-CREATE INDEX IF NOT EXISTS captures_original ON captures(digest, id)
-    WHERE rec_type IN ('response', 'resource');
-CREATE INDEX IF NOT EXISTS captures_file ON captures(file_id, offset);
-CREATE INDEX IF NOT EXISTS captures_record_id ON captures(record_id);
-"""
+#: Origins of the files the store owns: the only ones it may move, rename
+#: or delete. A ``found`` file (adopted by an older release) is read, never moved.
+OWNED_ORIGINS: Final[frozenset[Origin]] = frozenset({"written", "imported"})
 
+#: How long a connection waits for another process's write transaction.
+BUSY_TIMEOUT_MS: Final = 30_000
+
+_FILE_COLUMNS: Final = "id, name, state, origin, indexed_end, open_link, sha256, fs_version, date"
 _ROW_COLUMNS: Final = (
     "c.id, c.urlkey, c.timestamp, c.rec_type, c.url, c.mime, c.status, c.digest, "
-    "c.offset, c.length, c.warc_date, c.record_id, c.extra, f.name, f.open"
+    "c.offset, c.length, c.warc_date, c.record_id, c.extra, f.name, f.state = 'open'"
 )
 _FROM: Final = "FROM captures c JOIN files f ON f.id = c.file_id"
 _SQL_ROW = tuple[int, str, str, str, str, str, str, str, int, int, str, str, str, str, int]
+_SQL_FILE = tuple[int, str, FileState, Origin, int, int, str | None, int, str | None]
 
 
 @dataclass(frozen=True, slots=True)
 class FileRow:
-    """A WARC file known to the index; ``disk_name`` is its current name on disk."""
+    """A WARC file known to the index (columns as in the module docstring)."""
 
     id: int
     name: str
-    open: bool
+    state: FileState
     origin: Origin
     indexed_end: int
+    open_link: bool = False
+    sha256: str | None = None
+    fs_version: int = 1
+    date: str | None = None
+
+    @property
+    def open(self) -> bool:
+        """True while the writer appends to it (on disk as ``name.open``)."""
+        return self.state == "open"
+
+    @property
+    def owned(self) -> bool:
+        """True when the store wrote this file and may move, rename or delete it."""
+        return self.origin in OWNED_ORIGINS
 
     @property
     def disk_name(self) -> str:
+        """The file's current name in its directory (``name.open`` while open)."""
         return self.name + OPEN_SUFFIX if self.open else self.name
+
+
+def _file(values: _SQL_FILE) -> FileRow:
+    fid, name, state, origin, end, link, sha256, fs_version, date = values
+    return FileRow(fid, name, state, origin, end, bool(link), sha256, fs_version, date)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,40 +159,74 @@ def _stored(values: _SQL_ROW) -> StoredRow:
     return StoredRow(rid, row, name + OPEN_SUFFIX if is_open else name)
 
 
-#: ``write``: the writer connection. ``read``: read-only, alongside a writer
-#: (SQLite may create its ``-wal``/``-shm`` files). ``immutable``: read-only
-#: and touching no file at all; only valid while no writer exists.
+#: ``write``: a writing connection (migrates the schema on open). ``read``:
+#: read-only, alongside writers (SQLite may create its ``-wal``/``-shm``
+#: files). ``immutable``: read-only and touching no file at all; only valid
+#: while no other process has the store open.
 Access = Literal["write", "read", "immutable"]
+
+
+def _set_wal(conn: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode = WAL``, waiting out a concurrent first open.
+
+    Switching the journal mode takes an exclusive lock on the file for a
+    moment and does not always wait through ``busy_timeout``: another process
+    opening a new store at the same instant is retried for as long as a busy
+    transaction would be.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _connect(path: Path, *, synchronous: str, access: Access) -> sqlite3.Connection:
     if access == "write":
         conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA busy_timeout = 10000")
-        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
+        _set_wal(conn)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         return conn
     flags = "mode=ro" if access == "read" else "mode=ro&immutable=1"
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?{flags}", uri=True, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
     return conn
 
 
+def _schedule_scrub(conn: sqlite3.Connection, file_id: int, *, verified: bool) -> None:
+    """A closed file's verification, made in the transaction that closes it (:mod:`.scrub`)."""
+    from gateway.store.scrub import write_scrub_of_closed_file  # imports this module
+
+    write_scrub_of_closed_file(conn, file_id, datetime.now(UTC), verified=verified)
+
+
 class IndexDB:
-    """The writer connection: schema, files, rows, dedup lookups.
+    """A connection to the index: files, rows, dedup lookups.
 
     ``synchronous`` is SQLite's setting (``FULL`` under ``fsync: always``,
-    ``NORMAL`` under ``close``, ``OFF`` under ``never``); ``access`` other
-    than ``write`` opens it read-only (``store check``). Raises
-    :class:`sqlite3.Error` on failures; callers translate.
+    ``NORMAL`` under ``close``, ``OFF`` under ``never``). ``access="write"``
+    (the default) applies the schema's migration steps first
+    (:func:`gateway.store.schema.migrate`); other accesses open read-only
+    (``store check``) and expect an up-to-date schema. Raises
+    :class:`sqlite3.Error` on failures (callers translate) and
+    :class:`~gateway.store.errors.StoreError` for an index newer than this
+    release.
     """
 
     def __init__(self, path: Path, *, synchronous: str = "FULL", access: Access = "write") -> None:
         self.path = path
         self.conn = _connect(path, synchronous=synchronous, access=access)
         if access == "write":
-            self.conn.executescript(_SCHEMA)
-            create_jobs_schema(self.conn)
+            try:
+                migrate(self.conn)
+            except BaseException:
+                self.conn.close()
+                raise
 
     def quick_check(self) -> str:
         """SQLite's ``PRAGMA quick_check``: "ok" or the problems found."""
@@ -193,41 +254,100 @@ class IndexDB:
         self.conn.execute("COMMIT")
 
     # ------------------------------------------------------------------ files
+    def _files_where(self, where: str, params: tuple[object, ...] = ()) -> list[FileRow]:
+        sql = f"SELECT {_FILE_COLUMNS} FROM files WHERE {where} ORDER BY id"
+        return [_file(r) for r in self.conn.execute(sql, params).fetchall()]
+
     def files(self) -> list[FileRow]:
-        rows = self.conn.execute(
-            "SELECT id, name, open, origin, indexed_end FROM files ORDER BY id"
-        ).fetchall()
-        return [FileRow(r[0], r[1], bool(r[2]), r[3], r[4]) for r in rows]
+        """Every file, by id (``store check`` and ``repair`` only: O(files))."""
+        return self._files_where("1")
+
+    def unfinished_files(self) -> list[FileRow]:
+        """Files ``open`` or ``importing``: what recovery looks at (a partial index)."""
+        return self._files_where("state != 'closed'")
+
+    def pending_links(self) -> list[FileRow]:
+        """Closed files whose ``.open`` name is still linked (a partial index)."""
+        return self._files_where("open_link != 0")
 
     def file_by_name(self, name: str) -> FileRow | None:
-        r = self.conn.execute(
-            "SELECT id, name, open, origin, indexed_end FROM files WHERE name = ?", (name,)
-        ).fetchone()
-        return FileRow(r[0], r[1], bool(r[2]), r[3], r[4]) if r else None
+        found = self._files_where("name = ?", (name,))
+        return found[0] if found else None
 
-    def add_file(self, name: str, *, is_open: bool, origin: Origin) -> FileRow:
+    def file_by_id(self, file_id: int) -> FileRow | None:
+        found = self._files_where("id = ?", (file_id,))
+        return found[0] if found else None
+
+    def files_with_sha256(self, sha256: str) -> list[FileRow]:
+        return self._files_where("sha256 = ?", (sha256,))
+
+    def written_names(self) -> Iterator[str]:
+        """Names of the files the store wrote, newest first (read lazily, a partial index)."""
+        cursor = self.conn.execute(
+            "SELECT name FROM files WHERE origin = 'written' ORDER BY id DESC"
+        )
+        try:
+            for (name,) in cursor:
+                yield str(name)
+        finally:
+            cursor.close()
+
+    def add_file(
+        self,
+        name: str,
+        *,
+        state: FileState,
+        origin: Origin,
+        date: str | None = None,
+        sha256: str | None = None,
+    ) -> FileRow:
+        """Insert a file's row; raises :class:`sqlite3.IntegrityError` when the name is taken."""
         with self.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO files (name, open, origin, indexed_end) VALUES (?, ?, ?, 0)",
-                (name, int(is_open), origin),
+                "INSERT INTO files (name, state, origin, indexed_end, date, sha256)"
+                " VALUES (?, ?, ?, 0, ?, ?)",
+                (name, state, origin, date, sha256),
             )
         assert cur.lastrowid is not None
-        return FileRow(cur.lastrowid, name, is_open, origin, 0)
+        return FileRow(cur.lastrowid, name, state, origin, 0, sha256=sha256, date=date)
 
-    def set_open(self, file_id: int, is_open: bool) -> None:
+    def close_file(self, file_id: int, *, sha256: str, open_link: bool) -> None:
+        """Mark a file ``closed`` with its SHA-256; ``open_link``: its ``.open`` name remains."""
         with self.transaction() as conn:
-            conn.execute("UPDATE files SET open = ? WHERE id = ?", (int(is_open), file_id))
+            conn.execute(
+                "UPDATE files SET state = 'closed', sha256 = ?, open_link = ? WHERE id = ?",
+                (sha256, int(open_link), file_id),
+            )
+            _schedule_scrub(conn, file_id, verified=False)
 
-    def remove_file(self, file_id: int) -> None:
-        """Forget a file and every row pointing into it."""
+    def clear_open_link(self, file_id: int) -> None:
         with self.transaction() as conn:
-            conn.execute("DELETE FROM captures WHERE file_id = ?", (file_id,))
+            conn.execute("UPDATE files SET open_link = 0 WHERE id = ?", (file_id,))
+
+    def set_sha256(self, file_id: int, sha256: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("UPDATE files SET sha256 = ? WHERE id = ?", (sha256, file_id))
+
+    def remove_file(self, file_id: int) -> int:
+        """Forget a file and every row pointing into it; return the rows dropped."""
+        with self.transaction() as conn:
+            cur = conn.execute("DELETE FROM captures WHERE file_id = ?", (file_id,))
             conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+        return int(cur.rowcount)
 
     # ------------------------------------------------------------------- rows
-    def append_rows(self, file_id: int, rows: Iterable[IndexRow], indexed_end: int) -> list[int]:
+    def append_rows(
+        self,
+        file_id: int,
+        rows: Iterable[IndexRow],
+        indexed_end: int,
+        *,
+        closed_sha256: str | None = None,
+    ) -> list[int]:
         """Insert ``rows`` and move the file's ``indexed_end``, in one transaction.
 
+        With ``closed_sha256`` the same transaction marks the file ``closed``
+        with that digest (an import becomes visible whole or not at all).
         Returns the new row ids (acknowledgement order).
         """
         ids: list[int] = []
@@ -256,6 +376,12 @@ class IndexDB:
                 assert cur.lastrowid is not None
                 ids.append(cur.lastrowid)
             conn.execute("UPDATE files SET indexed_end = ? WHERE id = ?", (indexed_end, file_id))
+            if closed_sha256 is not None:
+                conn.execute(
+                    "UPDATE files SET state = 'closed', sha256 = ? WHERE id = ?",
+                    (closed_sha256, file_id),
+                )
+                _schedule_scrub(conn, file_id, verified=True)
         return ids
 
     def truncate_file_rows(self, file_id: int, size: int) -> int:

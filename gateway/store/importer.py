@@ -1,150 +1,342 @@
-"""``gateway store add``: import an existing WARC file into the store.
+"""``gateway store add``: import an existing WARC or ARC file into the store.
 
-Two steps:
+What the gateway serves, ``store add`` accepts: WARC/0.17, 0.18, 1.0 and 1.1
+and ARC files, gzipped (a member per record) or not, named ``.warc``,
+``.warc.gz``, ``.arc`` or ``.arc.gz``. A file is stored as given (same
+bytes, same name) and indexed; anything else is refused, with every problem
+named, before the store changes at all.
 
-1. :func:`prepare_import` (any thread, no index access): verify the source
-   with :func:`~gateway.store.verify.verify_file` (whole records, warcio
-   digests; any problem rejects the file), copy it to
-   ``warcs/<name>.importing``, fsync, and check the copy's SHA-256 against
-   the source's.
-2. :func:`import_warc` (with the writer's exclusive access): rename the copy
-   to ``warcs/<name>``, fsync the directory, index every record.
+Three steps, separate so that background work can run them apart:
 
-A crash during 1 leaves a ``.importing`` file that recovery deletes; during 2
-a file that recovery indexes. The file keeps its own name and format (gzip or
-not, WARC/1.0 or 1.1); a different file of the same name is refused.
+1. :func:`verify_source` (reads the source only): every record whole
+   (:mod:`gateway.store.framing`) and its digests right (warcio, as
+   ``warcio check``); its SHA-256 and date.
+2. :func:`stage` (any process that has the store open; no writer needed):
+   take the lock of ``incoming/<name>``, commit the file's row
+   (``importing``), copy the source into ``incoming/<name>``, fsync, and
+   check the copy's SHA-256 against the verified one.
+3. :func:`publish`: link the copy into ``warcs/<name>`` (never over an
+   existing file), index every record and mark the file ``closed`` in one
+   transaction, then remove the staged name and release the lock.
+
+:func:`abort` undoes 2. A crash anywhere leaves a row in state
+``importing`` and a free lock: recovery
+(:func:`~gateway.store.recovery.recover_imports`) finishes the import if its
+copy joined ``warcs/``, else undoes it. :func:`import_file` runs all three.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from gateway.store.db import IndexDB
+from warcio.timeutils import iso_date_to_timestamp
+
+from gateway.store.db import FileRow, IndexDB
 from gateway.store.errors import ImportRejected
-from gateway.store.layout import IMPORTING_SUFFIX, OPEN_SUFFIX, Layout, fsync_dir, is_warc_name
-from gateway.store.recovery import index_tail
+from gateway.store.layout import Layout, fsync_dir, is_archive_name
+from gateway.store.recovery import (
+    RecoveryReport,
+    file_sha256,
+    finish_or_undo_import,
+    index_tail,
+    lock_staged,
+)
 from gateway.store.verify import Progress, verify_file
 
-__all__ = ["ImportPlan", "ImportResult", "import_warc", "prepare_import", "sha256_of"]
+__all__ = [
+    "ImportResult",
+    "StagedImport",
+    "VerifiedSource",
+    "abort",
+    "import_file",
+    "known_in_store",
+    "publish",
+    "stage",
+    "verify_source",
+]
+
+logger = logging.getLogger(__name__)
 
 _CHUNK: Final = 1 << 20
+_RECORD_TYPES: Final = frozenset(
+    {"warcinfo", "response", "request", "resource", "revisit", "metadata", "conversion"}
+    | {"continuation"}
+)
+#: How long :func:`stage` retries a staging lock held for a moment by recovery.
+_LOCK_RETRY_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
-class ImportPlan:
-    """A verified copy waiting at ``copy`` to become ``warcs/<name>``."""
+class VerifiedSource:
+    """A file :func:`verify_source` accepted.
 
-    source: Path
+    ``date``: its first record's date (14 digits; None if it has none);
+    ``notes``: what is odd but kept, for the user.
+    """
+
+    path: Path
     name: str
-    copy: Path
+    size: int
     sha256: str
+    date: str | None
+    records: int
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class StagedImport:
+    """A verified copy in ``incoming/``, its row (``importing``) and the held lock."""
+
+    source: VerifiedSource
+    file: FileRow
+    path: Path
+    fd: int
 
 
 @dataclass(frozen=True, slots=True)
 class ImportResult:
-    """``name`` under ``warcs/``; ``records`` indexed; ``already_present`` when identical."""
+    """``name`` under ``warcs/``; ``records`` indexed; ``already_present`` when identical.
+
+    ``already_present`` with another ``name``: the same bytes are in the
+    store under that name.
+    """
 
     name: str
     records: int
     already_present: bool = False
+    notes: tuple[str, ...] = ()
 
 
-def sha256_of(path: Path) -> str:
-    """The hex SHA-256 of the file at ``path`` (blocking)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+def verify_source(source: Path, *, progress: Progress | None = None) -> VerifiedSource:
+    """Check ``source`` without changing anything (blocking; reads the file three times).
 
+    ``progress(n)``: ``n`` more bytes were read (three times the size in all).
 
-def prepare_import(
-    layout: Layout,
-    source: Path,
-    *,
-    progress: Progress | None = None,
-    copy_to: Path | None = None,
-) -> ImportPlan:
-    """Verify ``source`` and copy it next to its final place (blocking).
-
-    The copy goes to ``copy_to`` (default ``warcs/<name>.importing``; the
-    online import stages it outside ``warcs/``). ``progress(n)`` is called
-    as bytes are verified and copied (an exception it raises stops the work
-    and removes the copy). Raises :class:`ImportRejected` when the name is
-    not a WARC name, the file has any framing or digest problem, or the copy
-    differs from the source.
+    Raises :class:`ImportRejected` listing every problem: a name that is not
+    a WARC or ARC file name, a file that cannot be read, a record that is not
+    whole (a torn or damaged file: ``offset N: reason``), a failing digest, no
+    records at all.
     """
     name = source.name
-    if not is_warc_name(name):
-        raise ImportRejected(str(source), ["expected a .warc or .warc.gz file name"])
+    if not is_archive_name(name):
+        raise ImportRejected(str(source), ["expected a .warc, .warc.gz, .arc or .arc.gz file name"])
+    if not source.is_file():
+        raise ImportRejected(str(source), ["not a regular file"])
     try:
         verdict = verify_file(source, progress=progress)
+        sha256 = file_sha256(source, progress=progress)
     except OSError as exc:
-        raise ImportRejected(str(source), [f"cannot read: {exc}"]) from exc
+        raise ImportRejected(str(source), [f"cannot read: {exc.strerror or exc}"]) from exc
     problems = [f"offset {off}: {why}" for off, why in sorted(verdict.bad_records.items())]
     if verdict.framing_error:
         problems.insert(0, verdict.framing_error)
     if not verdict.records:
-        problems.append("no WARC records")
-    elif verdict.records[0].rec_type not in (
-        "warcinfo",
-        "response",
-        "request",
-        "resource",
-        "revisit",
-        "metadata",
-        "conversion",
-        "continuation",
-    ):
+        problems.append("no WARC or ARC records")
+    elif verdict.records[0].rec_type not in _RECORD_TYPES:
         problems.append(f"not a WARC file (first record type {verdict.records[0].rec_type!r})")
     if problems:
         raise ImportRejected(str(source), problems)
+    first_date = verdict.records[0].warc_date
+    return VerifiedSource(
+        path=source,
+        name=name,
+        size=verdict.size,
+        sha256=sha256,
+        date=iso_date_to_timestamp(first_date) if first_date else None,
+        records=len(verdict.records),
+        notes=tuple(verdict.notes),
+    )
 
+
+def known_in_store(db: IndexDB, source: VerifiedSource) -> ImportResult | None:
+    """What the index already says of ``source``, reading only (blocking).
+
+    The result when the same bytes are in the store (closed, under any
+    name); raises :class:`ImportRejected` when a closed file of that name has
+    another recorded SHA-256; None otherwise (including a row of an older
+    release without a SHA-256, which :func:`stage` settles).
+    """
+    for other in db.files_with_sha256(source.sha256):
+        if other.state == "closed":
+            return ImportResult(name=other.name, records=0, already_present=True)
+    file = db.file_by_name(source.name)
+    if file is not None and file.state == "closed" and file.sha256 is not None:
+        raise _name_taken(source)
+    return None
+
+
+def _name_taken(source: VerifiedSource) -> ImportRejected:
+    return ImportRejected(
+        str(source.path),
+        [f"a different file named {source.name} is already in the store; rename it to import it"],
+    )
+
+
+def _present(layout: Layout, db: IndexDB, source: VerifiedSource) -> ImportResult | None:
+    """The result when the store holds these bytes already; raises on a name clash."""
+    known = known_in_store(db, source)
+    if known is not None:
+        return known
+    file = db.file_by_name(source.name)
+    if file is None or file.state != "closed":
+        return None
+    path = layout.path_of(file.name, fs_version=file.fs_version)
+    if file.sha256 is None and path.is_file():  # a row of an older release
+        sha256 = file_sha256(path)
+        db.set_sha256(file.id, sha256)
+        if sha256 == source.sha256:
+            return ImportResult(name=file.name, records=0, already_present=True)
+    raise _name_taken(source)
+
+
+def stage(layout: Layout, db: IndexDB, source: VerifiedSource) -> StagedImport | ImportResult:
+    """Copy a verified file into ``incoming/`` under its row (blocking).
+
+    Returns an :class:`ImportResult` instead when the same bytes are in the
+    store already. Raises :class:`ImportRejected` when another file has the
+    name, another process is importing the same name, or the copy differs
+    from what was verified (the source changed, or a disk error); the store
+    is then as it was.
+    """
     layout.create()
-    copy = copy_to or layout.warcs / (name + IMPORTING_SUFFIX)
-    digest = hashlib.sha256()
-    advance = progress or (lambda n: None)
+    staged = layout.staging_path(source.name)
+    deadline = time.monotonic() + _LOCK_RETRY_S
+    while True:
+        fd = lock_staged(staged, create=True)
+        if fd is None:
+            if time.monotonic() > deadline:
+                raise ImportRejected(
+                    str(source.path), [f"{source.name} is being imported by another process"]
+                )
+            time.sleep(0.05)
+            continue
+        row = db.file_by_name(source.name)
+        if row is None or row.state != "importing":
+            break
+        # An import of this name whose importer died after the store was opened
+        # (its lock is ours now): finish or undo it first, then look again.
+        try:
+            finish_or_undo_import(layout, db, row, staged, fd, RecoveryReport())
+        finally:
+            os.close(fd)
     try:
-        with source.open("rb") as src, copy.open("wb") as dst:
-            while chunk := src.read(_CHUNK):
-                digest.update(chunk)
-                dst.write(chunk)
-                advance(len(chunk))
-            dst.flush()
-            os.fsync(dst.fileno())
-        if sha256_of(copy) != digest.hexdigest():
-            raise ImportRejected(str(source), ["the copy differs from the source (disk error?)"])
+        present = _present(layout, db, source)
+        if present is not None:
+            staged.unlink()
+            os.close(fd)
+            return present
+        try:
+            file = db.add_file(
+                source.name,
+                state="importing",
+                origin="imported",
+                date=source.date,
+                sha256=source.sha256,
+            )
+        except sqlite3.IntegrityError as exc:  # a row appeared since: let its owner finish
+            raise ImportRejected(
+                str(source.path), [f"{source.name} is being imported by another process"]
+            ) from exc
     except BaseException:
-        copy.unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
+        os.close(fd)
         raise
-    return ImportPlan(source=source, name=name, copy=copy, sha256=digest.hexdigest())
+    staging = StagedImport(source=source, file=file, path=staged, fd=fd)
+    try:
+        _copy(source, fd)
+        fsync_dir(layout.incoming)
+    except BaseException:
+        abort(layout, db, staging)
+        raise
+    return staging
 
 
-def import_warc(layout: Layout, db: IndexDB, plan: ImportPlan) -> ImportResult:
-    """Move the verified copy into ``warcs/`` and index it (needs exclusive access)."""
-    target = layout.warcs / plan.name
-    existing = db.file_by_name(plan.name)
-    if (
-        existing is not None
-        or target.exists()
-        or (layout.warcs / (plan.name + OPEN_SUFFIX)).exists()
-    ):
-        same = target.exists() and sha256_of(target) == plan.sha256
-        plan.copy.unlink(missing_ok=True)
-        if same:
-            return ImportResult(name=plan.name, records=0, already_present=True)
+def _copy(source: VerifiedSource, fd: int) -> None:
+    """Copy the source into the locked staging file, fsync, check both SHA-256s."""
+    digest = hashlib.sha256()
+    os.ftruncate(fd, 0)
+    with source.path.open("rb") as src:
+        position = 0
+        while chunk := src.read(_CHUNK):
+            digest.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                written = os.pwrite(fd, view, position)
+                position += written
+                view = view[written:]
+    os.fsync(fd)
+    if digest.hexdigest() != source.sha256:
         raise ImportRejected(
-            str(plan.source),
-            [f"a different file named {plan.name} is already in the store; rename it to import it"],
+            str(source.path), ["the file changed since it was verified; add it again"]
         )
-    os.rename(plan.copy, target)
-    fsync_dir(layout.warcs)
-    file = db.add_file(plan.name, is_open=False, origin="imported")
-    records, problem = index_tail(db, file, target, truncate=False)
+    check = hashlib.sha256()
+    position = 0
+    while chunk := os.pread(fd, _CHUNK, position):
+        check.update(chunk)
+        position += len(chunk)
+    if check.hexdigest() != source.sha256:
+        raise ImportRejected(str(source.path), ["the copy differs from the source (disk error?)"])
+
+
+def publish(layout: Layout, db: IndexDB, staging: StagedImport) -> ImportResult:
+    """Link the staged copy into ``warcs/``, index it and close it (blocking).
+
+    Raises :class:`ImportRejected` (after undoing the import) when a file of
+    that name is in ``warcs/`` but not in the index: the store never
+    replaces a file it did not write.
+    """
+    name = staging.file.name
+    final = layout.path_of(name, fs_version=staging.file.fs_version)
+    try:
+        os.link(staging.path, final)
+    except FileExistsError as exc:
+        abort(layout, db, staging)
+        raise ImportRejected(
+            str(staging.source.path),
+            [f"{final} exists but is not in the store's index; the store does not touch it"],
+        ) from exc
+    except BaseException:
+        abort(layout, db, staging)
+        raise
+    try:
+        fsync_dir(final.parent)
+        records, problem = index_tail(
+            db, staging.file, final, truncate=False, closed_sha256=staging.source.sha256
+        )
+    except BaseException:
+        # The row stays ``importing``; recovery finishes the import (the copy joined warcs/).
+        os.close(staging.fd)
+        raise
     if problem:  # verified before the copy; only a disk error gets here
-        raise ImportRejected(str(plan.source), [f"the stored copy is damaged: {problem}"])
-    return ImportResult(name=plan.name, records=records)
+        logger.error("store: the stored copy of %s is damaged: %s", name, problem)
+    staging.path.unlink(missing_ok=True)
+    fsync_dir(layout.incoming)
+    os.close(staging.fd)
+    return ImportResult(name=name, records=records, notes=staging.source.notes)
+
+
+def abort(layout: Layout, db: IndexDB, staging: StagedImport) -> None:
+    """Undo :func:`stage`: forget the row, then delete the staged copy, release the lock."""
+    try:
+        db.remove_file(staging.file.id)
+        staging.path.unlink(missing_ok=True)
+    finally:
+        os.close(staging.fd)
+
+
+def import_file(
+    layout: Layout, db: IndexDB, source: Path, *, progress: Progress | None = None
+) -> ImportResult:
+    """Verify, stage and publish ``source`` (blocking); see the module docstring."""
+    verified = verify_source(source, progress=progress)
+    staged = stage(layout, db, verified)
+    if isinstance(staged, ImportResult):
+        return staged
+    return publish(layout, db, staged)

@@ -5,7 +5,8 @@ status digest length offset filename``, plus ``requestBody``/``method`` for
 POST and PUT, as with ``--post-append``) and what the store needs to write
 revisits (record type, WARC-Record-ID, WARC-Date). Indexable records are
 cdxj-indexer's defaults: ``response``, ``revisit``, ``resource`` and
-``metadata`` (not ``application/warc-fields`` ones).
+``metadata`` (not ``application/warc-fields`` ones), with a WARC-Date
+(:func:`is_indexed`).
 
 :func:`index_range` rebuilds rows from a file with warcio; the writer builds
 the same rows directly while writing, and recovery, ``store add`` and
@@ -29,8 +30,18 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.timeutils import iso_date_to_timestamp
 
 from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.store.framing import file_format
 
-__all__ = ["FULL_RECORD_TYPES", "IndexRow", "RangeReader", "index_range", "mime_of"]
+__all__ = [
+    "FULL_RECORD_TYPES",
+    "IndexRow",
+    "RangeReader",
+    "index_range",
+    "is_indexed",
+    "mime_of",
+    "record_id_of",
+    "timestamp_of",
+]
 
 #: Record types that carry their own payload: the only possible revisit originals.
 FULL_RECORD_TYPES: Final = ("response", "resource")
@@ -161,6 +172,38 @@ def _pair(first: _Pending, second: _Pending) -> None:
     resp.row.extra = {"requestBody": query or "", "method": method}
 
 
+def timestamp_of(warc_date: str) -> str | None:
+    """The 14-digit timestamp of a WARC-Date, None when there is none or it does not parse.
+
+    >>> timestamp_of("2014-01-27T17:12:38Z"), timestamp_of("")
+    ('20140127171238', None)
+    """
+    if not warc_date:
+        return None
+    try:
+        return str(iso_date_to_timestamp(warc_date))
+    except (ValueError, TypeError):
+        return None
+
+
+def is_indexed(rec_type: str, content_type: str | None, warc_date: str) -> bool:
+    """Whether a record gets an index entry: cdxj-indexer's record types (not
+    ``application/warc-fields`` resources and metadata), with a WARC-Date (a
+    capture without a time has no place in a CDX index)."""
+    if rec_type not in INDEXED_TYPES:
+        return False
+    if rec_type in ("resource", "metadata") and content_type == "application/warc-fields":
+        return False
+    return timestamp_of(warc_date) is not None
+
+
+def record_id_of(record: Any, *, arc: bool) -> str:
+    """The record's WARC-Record-ID; "" for an ARC file's (warcio invents one at each read)."""
+    if arc:
+        return ""
+    return str(record.rec_headers.get_header("WARC-Record-ID") or "")
+
+
 def _urlkey(url: str) -> str:
     try:
         return canonical_urlkey(url)
@@ -176,6 +219,7 @@ def index_range(fh: IO[bytes], start: int, end: int) -> Iterator[IndexRow]:
     late so that a request following its response can still set the urlkey
     of a POST capture. Raises warcio's ``ArchiveLoadFailed`` on unreadable data.
     """
+    arc = file_format(fh)[1]
     reader = RangeReader(fh, start, end)
     iterator = ArchiveIterator(reader, arc2warc=True, ensure_http_headers=False)
     previous: _Pending | None = None
@@ -183,11 +227,10 @@ def index_range(fh: IO[bytes], start: int, end: int) -> Iterator[IndexRow]:
         headers = record.rec_headers
         rec_type = str(record.rec_type)
         url = headers.get_header("WARC-Target-URI") or ""
-        record_id = headers.get_header("WARC-Record-ID") or ""
+        record_id = record_id_of(record, arc=arc)
         warc_content_type = headers.get_header("Content-Type")
-        indexed = rec_type in INDEXED_TYPES and not (
-            rec_type in ("resource", "metadata") and warc_content_type == "application/warc-fields"
-        )
+        warc_date = headers.get_header("WARC-Date") or ""
+        indexed = is_indexed(rec_type, warc_content_type, warc_date)
         header_digest = headers.get_header("WARC-Payload-Digest") or ""
         digest, body = _read_record(record, rec_type, indexed and not header_digest)
         http = record.http_headers
@@ -206,10 +249,9 @@ def index_range(fh: IO[bytes], start: int, end: int) -> Iterator[IndexRow]:
             status = ""
             if rec_type in ("response", "revisit") and http is not None and http.statusline:
                 status = str(http.get_statuscode())
-            warc_date = headers.get_header("WARC-Date") or ""
             pending.row = IndexRow(
                 urlkey=_urlkey(url),
-                timestamp=iso_date_to_timestamp(warc_date),
+                timestamp=timestamp_of(warc_date) or "",
                 rec_type=rec_type,
                 url=url,
                 mime=mime_of(

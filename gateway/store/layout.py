@@ -1,26 +1,59 @@
-"""The store's directory layout, WARC file names and the store lock.
+"""The store's directory layout, WARC file names, and the locks several processes share.
 
 ::
 
-    <root>/
-      store.lock                 flock: exclusive for a writer (gateway,
-                                 repair), shared for `store check`
-      jobs.lock                  flock: the serving process that runs the jobs
-      index.sqlite3              the capture index and dedup index (WAL mode),
-                                 and the background jobs' tables
-      incoming/                  online imports: verified copies waiting to
-                                 be linked into warcs/ (``<id>-<name>.part``)
-      warcs/                     every WARC file; CDX ``filename`` values are
-                                 relative to this directory (the WARC prefix)
+    <root>/                      default ./archive/store (never a directory a
+                                 collection of the default config reads)
+      store.lock                 flock: see "Locks" below
+      writer.lock                flock: held by the one process writing WARC files
+      jobs.lock                  flock: the serving process that runs the background
+                                 jobs (gateway.jobs; workers run theirs anyway)
+      index.sqlite3              the capture and file index (WAL mode; -wal, -shm)
+      warcs/                     the store's WARC files (layout 1, ``fs_version`` 1);
+                                 CDX ``filename`` values are names in it
         gateway-20250301120000-00001.warc.gz        closed
         gateway-20250301130000-00002.warc.gz.open   being written
         example.warc.gz                             imported by `store add`
-        example.warc.gz.importing                   import in progress
-      invalid/YYYYMMDD/          unreadable files moved away by recovery/repair
+      incoming/                  `store add` copies files here first (one per import)
+      invalid/YYYYMMDD/          store-written files `store repair` could not read
 
-Names written by the store: ``{prefix}-{YYYYMMDDhhmmss}-{serial:05d}.warc.gz``
-(UTC creation time; serial one above the highest in ``warcs/``), with the
-suffix ``.open`` until the file is closed.
+Names the writer gives its files: ``{prefix}-{YYYYMMDDhhmmss}-{serial:05d}.warc.gz``
+(UTC creation time; serial one above the newest file the writer created),
+with the suffix ``.open`` until the file is closed. Imported files keep their
+own names.
+
+**What the store touches.** It creates, renames, moves and deletes only files
+it wrote: a file's index row is committed before the file is created (so no
+crash leaves a file of the store that the index does not know), and a row's
+``origin`` says whether the store wrote the file (``written``, ``imported``:
+the store wrote the copy) or adopted it (``found``, by an older release: read,
+never moved). Anything else under ``warcs/`` is reported by ``store check``
+and left where it is.
+
+**Opening is O(1) in the store's size.** It applies the schema's migration
+steps and looks only at what the index says may be unfinished (files still
+``open``, imports in progress, ``.open`` names kept after a close) and at
+``incoming/``; it never lists ``warcs/``. Orphan files (on disk, not in the
+index) are reported by ``store check``; ``store repair`` indexes the ones
+this store wrote.
+
+**Locks.** Every lock is an ``flock`` (released by the kernel when its
+holder dies, so a kill -9 leaves no stale lock), never waited for:
+
+- ``store.lock`` *shared* by every process that has the store open
+  (``gateway serve``, ``gateway worker``, ``store add``, ``store history``,
+  ``store check`` beside others) and *exclusive* for ``store repair`` (it
+  rewrites files, so it needs the store to itself; ``store check`` on a
+  store nobody has open holds it exclusive too, to read a still index).
+- ``writer.lock`` *exclusive* by the one process that writes WARC files
+  (a gateway that records), taken after ``store.lock``. Whoever takes it
+  first finishes what a writer that died left (closes its ``.open`` file).
+- ``incoming/<name>`` *exclusive* by the process importing ``name``, for the
+  whole import: another process finding the row ``importing`` and the lock
+  free knows the importer died, and finishes or undoes its import.
+
+Index writes from several processes are serialized by SQLite (WAL mode, one
+short ``BEGIN IMMEDIATE`` transaction per write, see :mod:`gateway.store.db`).
 """
 
 from __future__ import annotations
@@ -33,30 +66,67 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
 
-from gateway.store.errors import StoreLocked
+from gateway.store.errors import StoreError, StoreLocked
 
 __all__ = [
+    "DEFAULT_ROOT",
+    "FS_VERSION",
     "IMPORTING_SUFFIX",
     "OPEN_SUFFIX",
+    "WARC_EXTENSIONS",
     "Layout",
     "StoreLock",
+    "date_of_name",
     "fsync_dir",
-    "is_warc_name",
+    "is_archive_name",
+    "layout_for",
 ]
 
+#: The store's default root: a directory of its own beside the default
+#: config's ``./archive/indexes/`` and ``./archive/warcs/``.
+DEFAULT_ROOT: Final = "./archive/store"
+#: The root an older release used by default (``store.root`` unset).
+LEGACY_DEFAULT_ROOT: Final = "./archive"
+
+#: The layout version the store writes: 1, every file in ``warcs/``.
+FS_VERSION: Final = 1
+
 OPEN_SUFFIX: Final = ".open"
+#: Temporary names of imports in ``warcs/`` by older releases.
 IMPORTING_SUFFIX: Final = ".importing"
-WARC_EXTENSIONS: Final = (".warc.gz", ".warc")
-_SERIAL = re.compile(r"-\d{14}-(\d{5,})\.warc\.gz$")
+#: What ``store add`` accepts, and what the gateway serves: WARC (0.17 to
+#: 1.1) and ARC files, gzipped (a member per record) or not.
+WARC_EXTENSIONS: Final = (".warc.gz", ".warc", ".arc.gz", ".arc")
+#: A name the writer gave, or ``store repair``'s salvaged copy of one.
+_WRITTEN = re.compile(r"-(\d{14})-(\d{5,})(?:-salvaged\d*)?\.warc\.gz$")
 
 
-def is_warc_name(name: str) -> bool:
-    """True for a closed WARC file name (``.warc.gz`` or ``.warc``), not hidden.
+def is_archive_name(name: str) -> bool:
+    """True for a closed WARC or ARC file name, not hidden and without a directory.
 
-    >>> is_warc_name("a.warc.gz"), is_warc_name("a.warc.gz.open"), is_warc_name(".x.warc")
-    (True, False, False)
+    >>> is_archive_name("a.warc.gz"), is_archive_name("a.arc"), is_archive_name("a.warc.gz.open")
+    (True, True, False)
+    >>> is_archive_name(".x.warc"), is_archive_name("a.warc.gz.bad")
+    (False, False)
     """
-    return not name.startswith(".") and name.endswith(WARC_EXTENSIONS)
+    return (
+        not name.startswith(".")
+        and "/" not in name
+        and name.endswith(WARC_EXTENSIONS)
+        and name not in WARC_EXTENSIONS
+    )
+
+
+def date_of_name(name: str) -> str | None:
+    """The 14-digit creation date in a name the writer gives (``.open`` allowed), else None.
+
+    >>> date_of_name("gateway-20250301120000-00042.warc.gz.open")
+    '20250301120000'
+    >>> date_of_name("example.warc.gz") is None
+    True
+    """
+    match = _WRITTEN.search(name.removesuffix(OPEN_SUFFIX))
+    return match.group(1) if match else None
 
 
 def fsync_dir(path: Path) -> None:
@@ -68,25 +138,74 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def layout_for(root: str) -> Layout:
+    """The layout of the store at ``root`` (a ``store.root`` setting); creates nothing.
+
+    Raises :class:`StoreError` when ``root`` is the default and holds no
+    store while ``./archive`` holds one made by an older release, whose
+    default root that was: the store is not silently started afresh
+    beside it. The message says how to keep using it.
+    """
+    layout = Layout(Path(root))
+    legacy = Layout(Path(LEGACY_DEFAULT_ROOT))
+    if root == DEFAULT_ROOT and not layout.root.exists() and legacy.db_path.is_file():
+        raise StoreError(
+            f"no store at {DEFAULT_ROOT}, the default root, but {LEGACY_DEFAULT_ROOT} holds a "
+            "store made by an earlier release (whose default root it was); to keep using it "
+            f"where it is, set `store: {{root: {LEGACY_DEFAULT_ROOT}}}` in the config (or pass "
+            f"--root {LEGACY_DEFAULT_ROOT}); to start a new store instead, create "
+            f"{DEFAULT_ROOT}/ first"
+        )
+    return layout
+
+
 class Layout:
     """Paths of one store; creates nothing until :meth:`create` is called."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.warcs = root / "warcs"
+        self.incoming = root / "incoming"
         self.invalid = root / "invalid"
         self.db_path = root / "index.sqlite3"
         self.lock_path = root / "store.lock"
+        self.writer_lock_path = root / "writer.lock"
 
     def create(self) -> None:
-        """Create ``root`` and ``warcs/`` (parents included) if missing."""
+        """Create ``root``, ``warcs/`` and ``incoming/`` (parents included) if missing."""
         self.warcs.mkdir(parents=True, exist_ok=True)
+        self.incoming.mkdir(exist_ok=True)
 
     def exists(self) -> bool:
         """True when ``root`` holds a store (its ``warcs/`` directory exists)."""
         return self.warcs.is_dir()
 
-    def new_warc_name(self, prefix: str, serial: int, now: datetime | None = None) -> str:
+    def directory_of(self, fs_version: int) -> Path:
+        """The directory a file stored under layout ``fs_version`` lives in.
+
+        Raises :class:`StoreError` for a layout this release does not know
+        (a row written by a newer release).
+        """
+        if fs_version == 1:
+            return self.warcs
+        raise StoreError(
+            f"layout version {fs_version} is unknown to this release (it knows 1): "
+            "the store was written by a newer gateway; upgrade this one"
+        )
+
+    def path_of(self, name: str, *, fs_version: int = FS_VERSION, open_: bool = False) -> Path:
+        """Where the file ``name`` lives: derived from its row alone, never looked up.
+
+        ``open_``: the file is being written (``name.open``).
+        """
+        return self.directory_of(fs_version) / (name + OPEN_SUFFIX if open_ else name)
+
+    def staging_path(self, name: str) -> Path:
+        """Where ``store add`` copies ``name`` before it joins ``warcs/``."""
+        return self.incoming / name
+
+    @staticmethod
+    def new_warc_name(prefix: str, serial: int, now: datetime | None = None) -> str:
         """``{prefix}-{YYYYMMDDhhmmss}-{serial:05d}.warc.gz`` for a new file (UTC)."""
         when = (now or datetime.now(UTC)).astimezone(UTC)
         return f"{prefix}-{when.strftime('%Y%m%d%H%M%S')}-{serial:05d}.warc.gz"
@@ -97,20 +216,17 @@ class Layout:
 
         >>> Layout.serial_of("gateway-20250301120000-00042.warc.gz.open")
         42
+        >>> Layout.serial_of("gateway-20250301120000-00042-salvaged.warc.gz")
+        42
         """
-        match = _SERIAL.search(name.removesuffix(OPEN_SUFFIX))
-        return int(match.group(1)) if match else None
-
-    def next_serial(self, known_names: list[str]) -> int:
-        """One above the highest serial among ``known_names`` and ``warcs/``."""
-        names = list(known_names)
-        if self.warcs.is_dir():
-            names.extend(os.listdir(self.warcs))
-        serials = [s for s in map(self.serial_of, names) if s is not None]
-        return max(serials, default=0) + 1
+        match = _WRITTEN.search(name.removesuffix(OPEN_SUFFIX))
+        return int(match.group(2)) if match else None
 
     def move_to_invalid(self, path: Path, now: datetime | None = None) -> Path:
-        """Move ``path`` to ``invalid/YYYYMMDD/`` (a free name) and return the new path."""
+        """Move ``path`` to ``invalid/YYYYMMDD/`` (a free name) and return the new path.
+
+        Only for files the store wrote (callers check the row's origin).
+        """
         day = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%d")
         target_dir = self.invalid / day
         target_dir.mkdir(parents=True, exist_ok=True)
@@ -125,18 +241,29 @@ class Layout:
         return target
 
 
-class StoreLock:
-    """An ``flock`` on ``store.lock``: exclusive for writers, shared for readers.
+LockMode = Literal["exclusive", "shared"]
 
-    :meth:`acquire` raises :class:`StoreLocked` (naming the holder's pid when
-    it wrote one) instead of waiting.
+
+class StoreLock:
+    """An ``flock`` on one lock file (``store.lock``, ``writer.lock``).
+
+    :meth:`acquire` never waits: it raises :class:`StoreLocked` saying what
+    to do (``hint``). A lock only ever taken exclusive (``exclusive_only``:
+    ``writer.lock``) holds its holder's pid, which the message names; the
+    others are never written to (``store check`` takes ``store.lock`` and
+    changes nothing).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, exclusive_only: bool = False) -> None:
         self.path = path
+        self.exclusive_only = exclusive_only
         self._fd: int | None = None
 
-    def acquire(self, mode: Literal["exclusive", "shared"]) -> None:
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, mode: LockMode, *, hint: str = "") -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         flag = fcntl.LOCK_EX if mode == "exclusive" else fcntl.LOCK_SH
         try:
@@ -149,17 +276,17 @@ class StoreLock:
                 os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            who = f" (last writer: pid {holder})" if holder else ""
+            who = f" (pid {holder})" if holder.isdigit() and self.exclusive_only else ""
             raise StoreLocked(
-                f"the store at {self.path.parent} is in use by another process{who}; "
-                "stop that process (the gateway, `store add` or `store repair`) and retry"
+                f"the store at {self.path.parent} is in use by another process{who}"
+                + (f"; {hint}" if hint else "")
             ) from exc
-        if mode == "exclusive":
+        if self.exclusive_only:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd = fd
 
-    def try_acquire(self, mode: Literal["exclusive", "shared"]) -> bool:
+    def try_acquire(self, mode: LockMode) -> bool:
         """Like :meth:`acquire`, but False instead of :class:`StoreLocked`."""
         try:
             self.acquire(mode)

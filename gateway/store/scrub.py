@@ -44,12 +44,12 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
-from gateway.jobs.db import JobObject, Value, format_time, utcnow, write_objects
+from gateway.jobs.db import JobObject, Value, format_time, utcnow
 from gateway.jobs.model import ObjectType
 from gateway.jobs.settings import JobsSettings
 from gateway.store.check import Problem, compare_rows, verify_problems
 from gateway.store.db import FileRow, IndexDB
-from gateway.store.framing import Frame, FramingError, scan_frames
+from gateway.store.framing import Frame, FramingError, file_format, scan_frames
 from gateway.store.indexing import RangeReader
 from gateway.store.layout import Layout
 from gateway.store.store_actor import StoreActorType
@@ -61,7 +61,7 @@ __all__ = [
     "ScrubActor",
     "verify_chunk",
     "write_scrub_backfill",
-    "write_scrub_object",
+    "write_scrub_of_closed_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -100,6 +100,9 @@ SCRUB: Final = ObjectType(
     detail_column="result",
 )
 
+#: When a file verified on import is first verified again (``scrub_interval_days``
+#: applies from its next pass on: the store's own code does not read settings).
+FIRST_INTERVAL_S: Final = 30 * 86_400.0
 #: Problems kept per pass (a file damaged early has an entry per later index row).
 MAX_PROBLEMS: Final = 100
 #: A damaged file is verified again at least this often (a repair may have mended it).
@@ -109,36 +112,27 @@ _BUDGET_SHARE: Final = 0.5
 
 
 # ------------------------------------------------------------------------ writes
-def write_scrub_object(
-    conn: sqlite3.Connection,
-    file_name: str,
-    now: datetime,
-    *,
-    verified_records: int | None = None,
-    interval_s: float = 30 * 86_400.0,
+def write_scrub_of_closed_file(
+    conn: sqlite3.Connection, file_id: int, now: datetime, *, verified: bool
 ) -> None:
-    """Give a newly closed file its scrub object (``INSERT OR IGNORE``: once per file).
+    """Give a file that was just closed its scrub object: one statement.
 
-    ``verified_records``: the file was verified just now (an import), so it
-    starts ``good`` and is due ``interval_s`` later; otherwise it is due now.
+    Run by :class:`~gateway.store.db.IndexDB` inside the transaction that
+    closes the file (the writer's close, recovery's, an import's), so a
+    closed file never lacks one. ``INSERT OR IGNORE``: once per file.
+    ``verified``: the file was verified just now (an import), so it starts
+    ``good``, due again in :data:`FIRST_INTERVAL_S`; otherwise it is due now.
     """
-    if verified_records is None:
-        write_objects(conn, SCRUB, now, [{"file_name": file_name}], ignore_existing=True)
-        return
-    values: dict[str, Value] = {
-        "file_name": file_name,
-        "verified_at": format_time(now),
-        "records": verified_records,
-        "result": f"ok: {verified_records} records (verified on import)",
-    }
-    write_objects(
-        conn,
-        SCRUB,
-        now,
-        [values],
-        status="good",
-        retry_at=now + timedelta(seconds=interval_s),
-        ignore_existing=True,
+    stamp = format_time(now)
+    if verified:
+        status, due = "good", format_time(now + timedelta(seconds=FIRST_INTERVAL_S))
+        verified_at, result = stamp, "ok (verified on import)"
+    else:
+        status, due, verified_at, result = SCRUB.initial, stamp, None, ""
+    conn.execute(
+        f"INSERT OR IGNORE INTO {SCRUB.table} (status, retry_at, created_at, updated_at,"
+        " file_name, verified_at, result) SELECT ?, ?, ?, ?, name, ?, ? FROM files WHERE id = ?",
+        (status, due, stamp, stamp, verified_at, result, file_id),
     )
 
 
@@ -156,7 +150,7 @@ def write_scrub_backfill(conn: sqlite3.Connection, now: datetime) -> int:
     stamp = format_time(now)
     cursor = conn.execute(
         f"INSERT OR IGNORE INTO {SCRUB.table} (status, retry_at, created_at, updated_at,"
-        " file_name) SELECT ?, ?, ?, ?, name FROM files WHERE open = 0",
+        " file_name) SELECT ?, ?, ?, ?, name FROM files WHERE state = 'closed'",
         (SCRUB.initial, stamp, stamp, stamp),
     )
     return cursor.rowcount
@@ -176,14 +170,14 @@ class Chunk:
 def _check_record(fh: IO[bytes], frame: Frame, verdict: FileVerdict) -> None:
     try:
         iterator = ArchiveIterator(
-            RangeReader(fh, frame.offset, frame.end), check_digests=True, arc2warc=False
+            RangeReader(fh, frame.offset, frame.end), check_digests=True, arc2warc=True
         )
         record = next(iter(iterator))
         drain(record.raw_stream)
     except (ArchiveLoadFailed, StopIteration) as exc:
         verdict.bad_records[frame.offset] = f"warcio cannot read the record: {exc}".strip()
         return
-    verdict.records.append(record_info(record, frame.offset, frame.length))
+    verdict.records.append(record_info(record, frame.offset, frame.length, arc=verdict.arc))
     checker = record.digest_checker
     if checker.passed is False:
         verdict.bad_records[frame.offset] = "; ".join(str(p) for p in checker.problems)
@@ -203,7 +197,7 @@ def verify_chunk(
     :class:`WorkCancelled` when ``cancel`` is set. The index entries of the
     range verified are compared with its records.
     """
-    path = layout.warcs / file.disk_name
+    path = layout.path_of(file.name, fs_version=file.fs_version)
     try:
         fh = path.open("rb")
     except FileNotFoundError:
@@ -211,7 +205,7 @@ def verify_chunk(
         return Chunk(0, True, 0, [missing])
     with fh:
         size = os.fstat(fh.fileno()).st_size
-        verdict = FileVerdict(size=size, good_end=start)
+        verdict = FileVerdict(size=size, good_end=start, arc=size > 0 and file_format(fh)[1])
         stop_at = time.monotonic() + budget_s
         offset = start
         try:

@@ -9,7 +9,7 @@ turns into a :class:`~gateway.errors.ConfigError` carrying the YAML path.
 Example::
 
     store:
-      root: ./archive
+      root: ./archive/store
       rollover_bytes: 1000000000
       dedup: revisit
       fsync: always
@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, get_args
+
+from gateway.store.layout import DEFAULT_ROOT
 
 __all__ = ["DEDUP_POLICIES", "FSYNC_POLICIES", "DedupPolicy", "FsyncPolicy", "StoreSettings"]
 
@@ -48,8 +50,11 @@ class StoreSettings:
     """Where and how the snapshot store writes.
 
     - ``root``: the store directory (``warcs/``, ``index.sqlite3``,
-      ``invalid/``, ``store.lock`` live under it); relative paths are taken
-      from the working directory.
+      ``incoming/``, ``invalid/`` and the lock files live under it; see
+      :mod:`gateway.store.layout`); relative paths are taken from the working
+      directory. The default, ``./archive/store``, is a directory of its
+      own: the default config's collection reads ``./archive/indexes/`` and
+      ``./archive/warcs/``, which the store never writes.
     - ``rollover_bytes``: a WARC file is closed and a new one started once it
       reaches this size (a capture is never split, so a file can exceed it by
       one capture).
@@ -66,7 +71,7 @@ class StoreSettings:
       (group commit).
     """
 
-    root: str = "./archive"
+    root: str = DEFAULT_ROOT
     rollover_bytes: int = 1_000_000_000
     dedup: DedupPolicy = "revisit"
     fsync: FsyncPolicy = "always"
@@ -77,7 +82,7 @@ class StoreSettings:
 
     def __post_init__(self) -> None:
         if not self.root:
-            raise ValueError("root: empty; expected a directory path such as ./archive")
+            raise ValueError(f"root: empty; expected a directory path such as {DEFAULT_ROOT}")
         if self.rollover_bytes < 1:
             raise ValueError(f"rollover_bytes: {self.rollover_bytes} is not a positive size")
         if self.dedup not in DEDUP_POLICIES:

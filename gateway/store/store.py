@@ -2,10 +2,18 @@
 
 ::
 
-    store = await Store.open(StoreSettings(root="./archive"))   # runs recovery
+    store = await Store.open(StoreSettings(root="./archive/store"))   # the writer
     ack = await store.record(CaptureInput(url=..., response=..., payload=...))
     async for capture in store.lookup(query): ...              # sorted (urlkey, timestamp)
     await store.close()
+
+A store is opened by one *writer* (``mode="write"``: the process that
+records, holding ``writer.lock``) and any number of *shared* processes
+(``mode="shared"``: serving, importing with :meth:`Store.add_warc`,
+background work), at the same time; see :mod:`gateway.store.layout` for the
+locks. Opening migrates the index's schema and recovers only what the index
+says is unfinished (:mod:`gateway.store.recovery`): it takes the same time
+for a store of any size.
 
 A capture is findable through :meth:`lookup` as soon as :meth:`record`
 returns: the ack is given only after the index row is committed. Same-second
@@ -28,22 +36,27 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Self
+from typing import Final, Literal, Self
 
 from gateway.cdxj import CdxRecord
 from gateway.query import CaptureQuery
 from gateway.store.capture import CaptureAck, CaptureInput, format_warc_date
 from gateway.store.db import IndexDB
 from gateway.store.errors import StoreClosed, StoreError
-from gateway.store.importer import ImportResult, import_warc, prepare_import
-from gateway.store.layout import Layout, StoreLock
+from gateway.store.importer import ImportResult, VerifiedSource, publish, stage, verify_source
+from gateway.store.layout import Layout, StoreLock, layout_for
 from gateway.store.reader import StoreReader
-from gateway.store.recovery import RecoveryReport, recover
+from gateway.store.recovery import RecoveryReport, recover_imports, recover_open_files
 from gateway.store.settings import StoreSettings
+from gateway.store.verify import Progress
 from gateway.store.warcfile import FaultInjector
-from gateway.store.writer import StoreWriter
+from gateway.store.writer import StoreWriter, WriteStats
 
-__all__ = ["Store"]
+__all__ = ["Store", "StoreMode"]
+
+#: ``write``: this process records (one per store); ``shared``: it reads,
+#: imports and updates the index beside the writer.
+StoreMode = Literal["write", "shared"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,48 +70,81 @@ class Store:
         self,
         settings: StoreSettings,
         layout: Layout,
-        lock: StoreLock,
+        locks: tuple[StoreLock, StoreLock | None],
         db: IndexDB,
-        writer: StoreWriter,
+        writer: StoreWriter | None,
         recovery: RecoveryReport,
     ) -> None:
         self.settings = settings
         self.layout = layout
         self.recovery = recovery
-        self._lock = lock
+        self._store_lock, self._writer_lock = locks
         self._db = db
         self.reader = StoreReader(layout.db_path)
         self._writer = writer
         self._closed = False
 
+    @property
+    def mode(self) -> StoreMode:
+        return "shared" if self._writer is None else "write"
+
+    @property
+    def write_stats(self) -> WriteStats:
+        """The writer's counters of captures and bytes written (``/metrics``).
+
+        A shared process writes no WARC file: its counters stay at zero.
+        """
+        return self._writer.stats if self._writer is not None else WriteStats()
+
     # -------------------------------------------------------------- lifecycle
     @classmethod
     async def open(
-        cls, settings: StoreSettings, *, fault_injector: FaultInjector | None = None
+        cls,
+        settings: StoreSettings,
+        *,
+        mode: StoreMode = "write",
+        fault_injector: FaultInjector | None = None,
     ) -> Store:
         """Open (creating if needed) the store at ``settings.root`` and recover it.
 
-        Takes the exclusive store lock (raises
-        :class:`~gateway.store.errors.StoreLocked` when another process holds
-        it), runs :func:`~gateway.store.recovery.recover` and starts the writer
-        task. ``fault_injector`` is a test hook (see
+        Takes ``store.lock`` shared and, for ``mode="write"``, ``writer.lock``
+        exclusive; raises :class:`~gateway.store.errors.StoreLocked` when
+        ``store repair`` runs, or (``write``) another process records.
+        Migrates the index's schema, finishes or undoes interrupted imports,
+        and (``write``) closes the files a previous writer left open, then
+        starts the writer task. Raises :class:`StoreError` naming the root on
+        I/O and index errors. ``fault_injector`` is a test hook (see
         :data:`~gateway.store.warcfile.FaultInjector`).
         """
-        layout = Layout(settings.root_path)
-        lock = StoreLock(layout.lock_path)
+        layout = layout_for(settings.root)
+        store_lock = StoreLock(layout.lock_path)
+        writer_lock = StoreLock(layout.writer_lock_path, exclusive_only=True)
 
         def start() -> tuple[IndexDB, RecoveryReport]:
             layout.create()
-            lock.acquire("exclusive")
+            store_lock.acquire(
+                "shared", hint="`gateway store repair` is running; retry when it has finished"
+            )
             try:
+                if mode == "write":
+                    writer_lock.acquire(
+                        "exclusive",
+                        hint="another process records into this store, and only one may "
+                        "write WARC files; stop it, or open this one without recording",
+                    )
                 db = IndexDB(layout.db_path, synchronous=_SYNCHRONOUS[settings.fsync])
                 try:
-                    return db, recover(layout, db)
+                    report = RecoveryReport()
+                    recover_imports(layout, db, report)
+                    if mode == "write":
+                        recover_open_files(layout, db, report)
+                    return db, report
                 except BaseException:
                     db.close()
                     raise
             except BaseException:
-                lock.release()
+                writer_lock.release()
+                store_lock.release()
                 raise
 
         try:
@@ -107,21 +153,27 @@ class Store:
             raise StoreError(f"cannot open the store at {layout.root}: {exc}") from exc
         if report.changed:
             logger.warning("store: recovery at %s: %s", layout.root, "; ".join(report.describe()))
-        writer = StoreWriter(layout, db, settings, fault_injector)
-        writer.start()
-        return cls(settings, layout, lock, db, writer, report)
+        writer: StoreWriter | None = None
+        if mode == "write":
+            writer = StoreWriter(layout, db, settings, fault_injector)
+            writer.start(await asyncio.to_thread(db.pending_links))
+        locks = (store_lock, writer_lock if mode == "write" else None)
+        return cls(settings, layout, locks, db, writer, report)
 
     async def close(self) -> None:
-        """Finish queued captures, close the open WARC file, release the lock."""
+        """Finish queued captures, close the open WARC file, release the locks."""
         if self._closed:
             return
         self._closed = True
         try:
-            await self._writer.close()
+            if self._writer is not None:
+                await self._writer.close()
         finally:
             self.reader.close()
             self._db.close()
-            self._lock.release()
+            if self._writer_lock is not None:
+                self._writer_lock.release()
+            self._store_lock.release()
 
     async def __aenter__(self) -> Self:
         return self
@@ -154,6 +206,13 @@ class Store:
         owned by the store from this call on.
         """
         self._check_open()
+        if self._writer is None:
+            if not isinstance(capture.payload, bytes):
+                capture.payload.close()
+            raise StoreError(
+                f"the store at {self.layout.root} is open shared in this process: only the "
+                "process that holds its writer lock records captures"
+            )
         when = capture.warc_date or datetime.now(UTC)
         return await self._writer.submit(capture, format_warc_date(when))
 
@@ -167,15 +226,44 @@ class Store:
         future = await self.submit(capture)
         return await asyncio.shield(future)
 
-    async def add_warc(self, path: Path) -> ImportResult:
-        """Import a WARC file: verify it (framing and warcio digests), copy, index.
+    async def add_warc(self, path: Path, *, progress: Progress | None = None) -> ImportResult:
+        """Import a WARC or ARC file: verify it, copy it in, index it (:mod:`~.importer`).
 
-        Raises :class:`~gateway.store.errors.ImportRejected` when the file is
-        not a valid WARC or a different file of that name is in the store.
+        ``progress(n)`` is called (from a worker thread) as the verification
+        reads ``n`` more bytes, three times the file's size in all. Works in
+        both modes, beside a writer in another process; its captures are
+        findable by every process once it returns. Raises
+        :class:`~gateway.store.errors.ImportRejected` (the store unchanged)
+        when the file is not one the gateway serves whole, or a different file
+        of that name is in the store; :class:`StoreError` on I/O errors.
         """
         self._check_open()
-        plan = await asyncio.to_thread(prepare_import, self.layout, path)
-        return await self._writer.call(lambda: import_warc(self.layout, self._db, plan))
+        source = await asyncio.to_thread(verify_source, path, progress=progress)
+        return await self.add_verified(source)
+
+    async def add_verified(self, source: VerifiedSource) -> ImportResult:
+        """Import a file :func:`~gateway.store.importer.verify_source` accepted (stage, publish).
+
+        Raises as :meth:`add_warc` does.
+        """
+        self._check_open()
+
+        def run() -> ImportResult:
+            db = IndexDB(self.layout.db_path, synchronous=_SYNCHRONOUS[self.settings.fsync])
+            try:
+                staged = stage(self.layout, db, source)
+                if isinstance(staged, ImportResult):
+                    return staged
+                return publish(self.layout, db, staged)
+            finally:
+                db.close()
+
+        try:
+            return await asyncio.to_thread(run)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(
+                f"importing {source.path} into {self.layout.root} failed: {exc}"
+            ) from exc
 
     # ----------------------------------------------------------------- lookups
     def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:

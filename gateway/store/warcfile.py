@@ -6,28 +6,42 @@ front of the raw file descriptor (``O_APPEND``) that warcio's
 the offset before a capture; :meth:`OpenWarc.rollback` truncates back to it
 when anything fails, so a failed write leaves no partial record behind.
 
+Creating (:meth:`OpenWarc.create`): the file's row is committed first
+(state ``open``), then ``<name>.open`` is created exclusively, so a crash in
+between leaves a row for a missing file, which recovery drops, and never a
+file the index does not know. A name taken in the index (an imported file)
+or on disk (a file the store did not write) is skipped for the next serial.
+
+The file's SHA-256 is kept up to date with its committed bytes
+(:meth:`OpenWarc.hash_to`, read back after each index commit), so closing
+does not read the file again.
+
 Closing (:meth:`OpenWarc.close`): fsync the file, give it its final name by
-a hard link, fsync the directory, mark it closed in the index, and only then
-remove the ``.open`` name (at once, or after a grace period so that a reader
-holding a just-looked-up ``.open`` filename still finds it). Every method is
-blocking and runs in the writer's thread.
+a hard link, fsync the directory, mark it closed in the index with its
+SHA-256 and ``open_link`` set, and only then remove the ``.open`` name (at
+once, or after a grace period so that a reader holding a just-looked-up
+``.open`` filename still finds it; the flag tells recovery to remove it if
+the process dies first). Every method is blocking and runs in the writer's
+thread.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sqlite3
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Final
 
 from warcio.warcwriter import WARCWriter
 
-from gateway.jobs.db import utcnow
 from gateway.store.db import FileRow, IndexDB
-from gateway.store.layout import OPEN_SUFFIX, fsync_dir
-from gateway.store.scrub import write_scrub_object
+from gateway.store.errors import StoreWriteError
+from gateway.store.layout import Layout, date_of_name, fsync_dir
+from gateway.store.verify import STORE_SOFTWARE
 
 __all__ = ["FaultInjector", "OpenWarc", "RecordSink"]
 
@@ -39,7 +53,10 @@ logger = logging.getLogger(__name__)
 FaultInjector = Callable[[str], None]
 
 _DRAIN_BYTES: Final = 1 << 20
-SOFTWARE: Final = "archive-gateway/0.1 snapshot store (warcio)"
+_HASH_CHUNK: Final = 1 << 20
+#: Serials tried past a taken name before creating a file gives up.
+_NAME_ATTEMPTS: Final = 1000
+SOFTWARE: Final = f"{STORE_SOFTWARE}0.1 snapshot store (warcio)"
 _WARC_1_1: Final = "https://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
 
 
@@ -87,44 +104,80 @@ class OpenWarc:
     """The WARC file the writer appends to (``<name>.open`` on disk).
 
     ``size`` is the offset after the last whole record; ``captures`` counts
-    the captures written into it.
+    the captures written into it; ``hashed`` is how far the SHA-256 covers.
     """
 
-    def __init__(self, warc_dir: Path, file: FileRow, fd: int, size: int) -> None:
-        self.warc_dir = warc_dir
+    def __init__(self, path: Path, file: FileRow, fd: int, size: int) -> None:
+        self.open_path = path
         self.file = file
         self.fd = fd
         self.size = size
         self.captures = 0
+        self.hashed = 0
+        self._sha256 = hashlib.sha256()
 
     @property
     def name(self) -> str:
         """The closed name (``CDX filename`` once closed)."""
         return self.file.name
 
-    @property
-    def open_path(self) -> Path:
-        return self.warc_dir / (self.file.name + OPEN_SUFFIX)
-
     @classmethod
     def create(
         cls,
-        warc_dir: Path,
-        name: str,
+        layout: Layout,
+        db: IndexDB,
+        *,
+        prefix: str,
+        durable: bool,
+        inject: FaultInjector = _no_fault,
+        now: datetime | None = None,
+    ) -> OpenWarc:
+        """Create the next ``<prefix>-<date>-<serial>.warc.gz.open`` with its warcinfo record.
+
+        The serial is one above that of the newest file the writer created
+        (from the index: no listing of ``warcs/``). Raises :class:`OSError` or
+        :class:`sqlite3.Error` when the file or its row cannot be made, and
+        :class:`StoreWriteError` when no free name is found.
+        """
+        first = 1
+        for written in db.written_names():  # the newest with a serial
+            last = Layout.serial_of(written)
+            if last is not None:
+                first = last + 1
+                break
+        for serial in range(first, first + _NAME_ATTEMPTS):
+            name = layout.new_warc_name(prefix, serial, now)
+            try:
+                file = db.add_file(name, state="open", origin="written", date=date_of_name(name))
+            except sqlite3.IntegrityError:
+                continue  # an imported file has this name
+            path = layout.path_of(name, open_=True)
+            try:
+                if layout.path_of(name).exists():
+                    raise FileExistsError(name)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            except FileExistsError:
+                logger.warning("store: %s exists but is not in the index; not touching it", path)
+                db.remove_file(file.id)
+                continue
+            except BaseException:
+                db.remove_file(file.id)
+                raise
+            return cls._start(path, file, fd, db, durable=durable, inject=inject)
+        raise StoreWriteError(f"no free WARC file name after {name} in {layout.warcs}")
+
+    @classmethod
+    def _start(
+        cls,
+        path: Path,
+        file: FileRow,
+        fd: int,
         db: IndexDB,
         *,
         durable: bool,
-        inject: FaultInjector = _no_fault,
+        inject: FaultInjector,
     ) -> OpenWarc:
-        """Create ``<name>.open``, index it as an open file, write its warcinfo record.
-
-        The index row comes first: a crash before the file exists leaves a
-        row for a missing file, which recovery drops.
-        """
-        file = db.add_file(name, is_open=True, origin="written")
-        path = warc_dir / (name + OPEN_SUFFIX)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        warc = cls(warc_dir, file, fd, 0)
+        warc = cls(path, file, fd, 0)
         try:
             sink = RecordSink(fd, 0, inject)
             writer = WARCWriter(sink, gzip=True, warc_version="1.1")
@@ -133,13 +186,14 @@ class OpenWarc:
                 "format": "WARC File Format 1.1",
                 "conformsTo": _WARC_1_1,
             }
-            writer.write_record(writer.create_warcinfo_record(name, info))
+            writer.write_record(writer.create_warcinfo_record(file.name, info))
             sink.drain()
             if durable:
                 os.fsync(fd)
-                fsync_dir(warc_dir)
+                fsync_dir(path.parent)
             warc.size = sink.position
             db.append_rows(file.id, [], warc.size)
+            warc.hash_to(warc.size)
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)
@@ -152,6 +206,15 @@ class OpenWarc:
         """A sink positioned at the end of the last whole record."""
         return RecordSink(self.fd, self.size, inject)
 
+    def hash_to(self, end: int) -> None:
+        """Extend the file's SHA-256 over its bytes up to ``end`` (read back from the file)."""
+        while self.hashed < end:
+            chunk = os.pread(self.fd, min(_HASH_CHUNK, end - self.hashed), self.hashed)
+            if not chunk:
+                raise OSError(f"{self.open_path}: ends at {self.hashed}, expected {end} bytes")
+            self._sha256.update(chunk)
+            self.hashed += len(chunk)
+
     def rollback(self, offset: int) -> None:
         """Truncate the file back to ``offset`` (before a failed capture or group).
 
@@ -160,6 +223,9 @@ class OpenWarc:
         """
         os.ftruncate(self.fd, offset)
         self.size = offset
+        if offset < self.hashed:  # never for committed bytes; start the digest again
+            self._sha256 = hashlib.sha256()
+            self.hashed = 0
 
     def abandon(self) -> None:
         """Stop using the file after an unrecoverable error; it stays ``.open``."""
@@ -173,11 +239,12 @@ class OpenWarc:
         )
 
     def close(self, db: IndexDB, *, durable: bool) -> Path | None:
-        """Close the file: fsync, link to the final name, fsync the directory.
+        """Close the file: fsync, link to the final name, fsync the directory, commit.
 
-        A file without captures (only its warcinfo record) is deleted instead.
-        Returns the ``.open`` path still to unlink (the caller removes it now
-        or after a grace period), or None.
+        A file without captures (only its warcinfo record) is deleted instead,
+        then its row. Returns the ``.open`` path still to unlink (the caller
+        removes it now or after a grace period, then clears ``open_link``),
+        or None.
         """
         if self.captures == 0:
             os.close(self.fd)
@@ -186,24 +253,30 @@ class OpenWarc:
             return None
         if durable:
             os.fsync(self.fd)
+        self.hash_to(self.size)
         os.close(self.fd)
-        final = self.warc_dir / self.file.name
+        final = self.open_path.with_name(self.file.name)
         os.link(self.open_path, final)
-        fsync_dir(self.warc_dir)
-        db.set_open(self.file.id, False)
+        fsync_dir(self.open_path.parent)
+        db.close_file(self.file.id, sha256=self._sha256.hexdigest(), open_link=True)
         logger.info("store: closed %s (%d bytes)", final, self.size)
-        try:  # its verification, by the scrub actor (gateway.store.scrub)
-            write_scrub_object(db.conn, self.file.name, utcnow())
-        except sqlite3.Error as exc:
-            logger.warning(
-                "store: scheduling the scrub of %s failed (%s); the next start schedules it",
-                self.file.name,
-                exc,
-            )
         return self.open_path
 
 
-def remove_open_link(path: Path) -> None:
-    """Remove the ``.open`` name left by :meth:`OpenWarc.close` and fsync the directory."""
-    path.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+def remove_open_link(db: IndexDB, file: FileRow, path: Path) -> None:
+    """Remove the ``.open`` name kept by :meth:`OpenWarc.close`, then clear ``open_link``.
+
+    The name is removed only while it is a second link of the closed file
+    (the same inode), so nothing else is ever deleted.
+    """
+    final = path.with_name(file.name)
+    try:
+        same = os.path.samefile(path, final)
+    except FileNotFoundError:
+        same = False
+    if same:
+        path.unlink()
+        fsync_dir(path.parent)
+    elif path.exists():
+        logger.error("store: %s is not a name of %s; leaving it in place", path, final)
+    db.clear_open_link(file.id)

@@ -1,4 +1,5 @@
-"""The writer task: the single owner of the open WARC file.
+"""The writer task: the single owner of the open WARC file (in the process holding
+``writer.lock``, see :mod:`gateway.store.layout`).
 
 Callers put captures on a bounded queue and wait on a future (the *ack*). One
 asyncio task takes them off in batches and runs each batch in a worker thread
@@ -21,6 +22,11 @@ Deduplication (WARC 1.1 §6.7.2, ``identical-payload-digest`` profile):
 Failure: a capture whose write fails is truncated away and its future gets
 :class:`StoreWriteError`; a failed fsync or index commit truncates the whole
 uncommitted group. The next capture proceeds normally.
+
+After each commit the file's SHA-256 is extended over the committed bytes
+(:meth:`OpenWarc.hash_to <gateway.store.warcfile.OpenWarc.hash_to>`), and the
+``.open`` name a close keeps for :data:`LINK_GRACE_S` is removed through the
+writer's queue, so its index update uses the writer's connection.
 """
 
 from __future__ import annotations
@@ -29,13 +35,13 @@ import asyncio
 import logging
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
 from gateway.store.capture import CaptureAck, CaptureInput, Outcome
-from gateway.store.db import IndexDB, StoredRow
+from gateway.store.db import FileRow, IndexDB, StoredRow
 from gateway.store.errors import StoreClosed, StoreWriteError
 from gateway.store.indexing import IndexRow
 from gateway.store.layout import Layout
@@ -43,7 +49,7 @@ from gateway.store.records import prepare_capture, write_capture
 from gateway.store.settings import DedupPolicy, StoreSettings
 from gateway.store.warcfile import FaultInjector, OpenWarc, remove_open_link
 
-__all__ = ["StoreWriter"]
+__all__ = ["StoreWriter", "WriteStats"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +74,7 @@ class _Job:
 
 @dataclass(slots=True)
 class _Call(Generic[_T]):
-    """Blocking work that needs the writer's exclusive access (imports, repair)."""
+    """Blocking work that needs the writer's connection (removing a kept ``.open`` name)."""
 
     fn: Callable[[], _T]
     future: asyncio.Future[_T]
@@ -91,7 +97,30 @@ class _Batch:
     originals: set[str] = field(default_factory=set)
     #: Digest of the latest capture of each urlkey in ``group``.
     latest: dict[str, str] = field(default_factory=dict)
-    closed_links: list[Path] = field(default_factory=list)
+    closed_links: list[tuple[FileRow, Path]] = field(default_factory=list)
+
+
+class WriteStats:
+    """What the writer finished, for ``/metrics``: plain counters, event loop side.
+
+    ``captures`` counts by ``(dedup policy, outcome)``: ``full``,
+    ``revisit`` and ``skipped`` once acknowledged (durable), ``failed`` for a
+    capture not stored; ``bytes_written`` adds the WARC record bytes of the
+    acknowledged full and revisit records.
+    """
+
+    __slots__ = ("bytes_written", "captures")
+
+    def __init__(self) -> None:
+        self.captures: dict[tuple[str, str], int] = {}
+        self.bytes_written = 0
+
+    def count(self, policy: str, ack: CaptureAck | None) -> None:
+        """Count one finished capture: its ``ack``, or None when it was not stored."""
+        key = (policy, ack.outcome if ack is not None else "failed")
+        self.captures[key] = self.captures.get(key, 0) + 1
+        if ack is not None and ack.outcome != "skipped":
+            self.bytes_written += ack.capture.length or 0
 
 
 class StoreWriter:
@@ -114,12 +143,16 @@ class StoreWriter:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._warc: OpenWarc | None = None
-        self._links: dict[Path, asyncio.TimerHandle] = {}
+        self._links: list[asyncio.TimerHandle] = []
         self._cleanup: set[asyncio.Task[None]] = set()
+        self.stats = WriteStats()
 
     # ------------------------------------------------------------- async side
-    def start(self) -> None:
+    def start(self, pending_links: Sequence[FileRow] = ()) -> None:
+        """Start the writer task; ``pending_links``: closed files whose ``.open`` name remains."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
+        for file in pending_links:
+            self._keep_link(file, self.layout.path_of(file.name, open_=True))
 
     async def submit(self, capture: CaptureInput, warc_date: str) -> asyncio.Future[CaptureAck]:
         """Queue a capture (waiting while the queue is full); return its ack future."""
@@ -145,20 +178,21 @@ class StoreWriter:
         return await asyncio.shield(future)
 
     async def close(self) -> None:
-        """Finish every queued capture, close the WARC file, remove pending links."""
+        """Finish every queued capture, close the WARC file, remove kept ``.open`` names."""
         if self._closing:
             return
         self._closing = True
+        for handle in self._links:
+            handle.cancel()
+        self._links.clear()
         if self._task is not None and not self._task.done():
             await self._queue.put(None)
             await asyncio.shield(self._task)
-        for handle in self._links.values():
-            handle.cancel()
-        links = list(self._links)
-        self._links.clear()
+        for task in self._cleanup:
+            task.cancel()
         if self._cleanup:
             await asyncio.gather(*self._cleanup, return_exceptions=True)
-        await asyncio.to_thread(self._close_file, links)
+        await asyncio.to_thread(self._close_file)
 
     async def _run(self) -> None:
         held: _Call[Any] | _Job | None = None
@@ -200,43 +234,55 @@ class StoreWriter:
             results = [StoreWriteError(f"capture not stored: internal error: {exc}")] * len(jobs)
             links = []
         for job, result in zip(jobs, results, strict=True):
+            self.stats.count(job.policy, result if isinstance(result, CaptureAck) else None)
             if job.future.done():
                 continue
             if isinstance(result, CaptureAck):
                 job.future.set_result(result)
             else:
                 job.future.set_exception(result or StoreWriteError("capture not stored"))
-        loop = asyncio.get_running_loop()
-        for path in links:
-            self._links[path] = loop.call_later(LINK_GRACE_S, self._unlink_later, path)
+        for file, path in links:
+            self._keep_link(file, path)
 
-    def _unlink_later(self, path: Path) -> None:
-        self._links.pop(path, None)
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(remove_open_link, path))
+    def _keep_link(self, file: FileRow, path: Path) -> None:
+        """Remove the ``.open`` name of a closed file after :data:`LINK_GRACE_S`."""
+        loop = asyncio.get_running_loop()
+        self._links.append(loop.call_later(LINK_GRACE_S, self._unlink_later, file, path))
+
+    def _unlink_later(self, file: FileRow, path: Path) -> None:
+        if self._closing:  # close() removes every kept name
+            return
+        task = asyncio.get_running_loop().create_task(self._unlink(file, path))
         self._cleanup.add(task)
         task.add_done_callback(self._cleanup.discard)
+
+    async def _unlink(self, file: FileRow, path: Path) -> None:
+        try:
+            await self.call(lambda: remove_open_link(self.db, file, path))
+        except (OSError, sqlite3.Error, StoreClosed) as exc:
+            logger.warning("store: removing %s failed (%s); retried at the next start", path, exc)
 
     # ------------------------------------------------------------ thread side
     @property
     def _durable_each(self) -> bool:
         return self.settings.fsync == "always"
 
-    def _close_file(self, links: list[Path]) -> None:
+    def _close_file(self) -> None:
+        """Close the open file and remove every kept ``.open`` name (the index lists them)."""
         if self._warc is not None:
             warc, self._warc = self._warc, None
-            link = warc.close(self.db, durable=self.settings.fsync != "never")
-            if link is not None:
-                links.append(link)
-        for path in links:
-            remove_open_link(path)
+            warc.close(self.db, durable=self.settings.fsync != "never")
+        for file in self.db.pending_links():
+            remove_open_link(self.db, file, self.layout.path_of(file.name, open_=True))
 
     def _current(self) -> OpenWarc:
         if self._warc is None:
-            names = [f.name for f in self.db.files()]
-            serial = self.layout.next_serial(names)
-            name = self.layout.new_warc_name(self.settings.warc_prefix, serial)
             self._warc = OpenWarc.create(
-                self.layout.warcs, name, self.db, durable=self._durable_each, inject=self._inject
+                self.layout,
+                self.db,
+                prefix=self.settings.warc_prefix,
+                durable=self._durable_each,
+                inject=self._inject,
             )
         return self._warc
 
@@ -275,7 +321,7 @@ class StoreWriter:
             )
             return
         if link is not None:
-            batch.closed_links.append(link)
+            batch.closed_links.append((warc.file, link))
 
     def _write_one(self, batch: _Batch, index: int, job: _Job) -> CaptureAck | None:
         """Write one capture (or decide to skip it); its ack comes with the group's commit."""
@@ -390,6 +436,10 @@ class StoreWriter:
             warc.captures -= len(group)
             self._rollback(batch.group_start, batch)
             return
+        try:
+            warc.hash_to(warc.size)
+        except OSError as exc:  # the close tries again; failing there, recovery does it
+            logger.warning("store: reading back %s for its SHA-256 failed: %s", warc.open_path, exc)
         filename = warc.file.disk_name
         for index, written in group:
             original = written.original

@@ -180,3 +180,25 @@ def test_a_unique_column_refuses_a_second_object(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.IntegrityError):
         write_object(conn, keyed, utcnow(), {"key": "a"})
     conn.close()
+
+
+def _jobs_schema(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    rows = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE name LIKE 'jobs_%' ORDER BY name"
+    ).fetchall()
+    return [(name, " ".join(str(sql).split())) for name, sql in rows]
+
+
+def test_the_store_schema_step_makes_the_built_in_tables_as_declared(tmp_path: Path) -> None:
+    """Step 3 of the store's chain writes the DDL out; it must be what the declarations make."""
+    from gateway.store.schema import migrate
+
+    chain = sqlite3.connect(tmp_path / "chain.sqlite3", isolation_level=None)
+    migrate(chain)
+    declared = connect(tmp_path / "declared.sqlite3")
+    create_schema(declared, [t.object_type for t in ACTOR_TYPES.values()])
+    assert _jobs_schema(chain) == _jobs_schema(declared)
+    registered = "SELECT name, table_name, states, final FROM jobs_object_types ORDER BY name"
+    assert chain.execute(registered).fetchall() == declared.execute(registered).fetchall()
+    chain.close()
+    declared.close()

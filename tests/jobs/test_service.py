@@ -18,6 +18,7 @@ from gateway.errors import ConfigError
 from gateway.jobs.db import connect, utcnow, write_objects
 from gateway.jobs.service import JobsService
 from gateway.jobs.settings import JobsSettings
+from gateway.store.settings import StoreSettings
 from tests.jobs import probe_plugin
 from tests.jobs.probe_plugin import PROBE
 
@@ -109,8 +110,9 @@ async def test_the_serving_app_runs_its_jobs_and_reports_them(
 
 async def test_one_serving_process_per_host_runs_the_orchestrator(tmp_path: Path) -> None:
     settings = JobsSettings(poll_s=0.05)
-    first = JobsService(settings, tmp_path, role="serve", plugins=[probe_plugin], host_lock=True)
-    second = JobsService(settings, tmp_path, role="serve", plugins=[probe_plugin], host_lock=True)
+    store = StoreSettings(root=str(tmp_path))
+    first = JobsService(settings, store, role="serve", plugins=[probe_plugin], host_lock=True)
+    second = JobsService(settings, store, role="serve", plugins=[probe_plugin], host_lock=True)
     await first.start()
     await second.start()
     try:

@@ -27,7 +27,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
-from warcio.warcwriter import WARCWriter
 
 from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
@@ -36,7 +35,7 @@ from gateway.loaders.base import FindOriginal
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.loaders.warc_headers import RECORD_LOADER, HeaderWindow, block_bytes
 from gateway.memento import iso_to_timestamp, timestamp_to_http_date
-from tests.conftest import MakeClient, leave_mid_answer
+from tests.conftest import MakeClient, leave_mid_answer, write_big_warc
 from tests.loaders.conftest import capture, context, load_all
 
 _PARSERS = {
@@ -340,16 +339,7 @@ async def test_a_client_leaving_mid_record_is_not_an_error(
 ) -> None:
     # A 32 MB record (40 KB of gzip): more than the socket buffers hold, so the
     # server is still writing when the client goes away.
-    warc = tmp_path / "big.warc.gz"
-    with warc.open("wb") as out:
-        writer = WARCWriter(out, gzip=True)
-        http = StatusAndHeaders("200 OK", [("Content-Type", "text/plain")], protocol="HTTP/1.1")
-        payload = b"x" * (32 * 1024 * 1024)
-        record = writer.create_warc_record(
-            "http://example.com/big", "response", payload=io.BytesIO(payload), http_headers=http
-        )
-        writer.write_record(record)
-        record.raw_stream.close()  # warcio spooled the payload to a temporary file
+    warc = write_big_warc(tmp_path / "big.warc.gz")
     with (tmp_path / "big.cdxj").open("w") as index:
         write_cdxj_index([warc], index)
     await leave_mid_answer(

@@ -497,16 +497,20 @@ async def test_truncated_record_aborts_the_body(
     (tmp_path / "cut.warc.gz").write_bytes(data[: 334 + 1500])
     (tmp_path / "cut.warc").write_bytes(gzip.decompress(data[334 : 334 + 2258])[:3000])
     loader = make_loader(clients, str(tmp_path))
-    for name, offset in (("cut.warc.gz", 334), ("cut.warc", 0)):
-        sample = capture(sample_index, "iana.warc.gz", 334)
-        fields = {**sample.fields, "filename": name, "offset": str(offset)}
-        record = CdxRecord(sample.urlkey, sample.timestamp, fields)
-        loaded = await loader.load(record, context(make_finder([]), record.url))
-        assert loaded.content_length is not None
-        with pytest.raises(RecordFormatError, match="truncated"):
-            async for _ in loaded.body:
-                pass
-        await loaded.aclose()
+    sample = capture(sample_index, "iana.warc.gz", 334)
+    fields = {**sample.fields, "filename": "cut.warc.gz", "offset": "334"}
+    record = CdxRecord(sample.urlkey, sample.timestamp, fields)
+    loaded = await loader.load(record, context(make_finder([]), record.url))
+    assert loaded.content_length is not None
+    with pytest.raises(RecordFormatError, match="truncated"):
+        async for _ in loaded.body:
+            pass
+    await loaded.aclose()
+    # Uncompressed, the indexed length shows the block is short before anything is sent.
+    fields = {**sample.fields, "filename": "cut.warc", "offset": "0"}
+    record = CdxRecord(sample.urlkey, sample.timestamp, fields)
+    with pytest.raises(RecordFormatError, match="torn record"):
+        await loader.load(record, context(make_finder([]), record.url))
 
 
 async def test_capture_without_filename_is_not_accepted(loader: WarcLoader) -> None:
@@ -632,8 +636,9 @@ async def _our_parse(path: Path, offset: int, length: int, chunk_bytes: int) -> 
             chunk_bytes=chunk_bytes,
             inline_read_max_bytes=1 << 30,
         )
-    except RecordFormatError:
-        return "error"
+    except RecordFormatError as exc:
+        # an uncompressed block longer than the indexed length is torn at once
+        return "truncated" if "torn record" in exc.message else "error"
     record = opened.record
     try:
         rest = b"".join([chunk async for chunk in opened.body])
@@ -644,6 +649,13 @@ async def _our_parse(path: Path, offset: int, length: int, chunk_bytes: int) -> 
         _headers_tuple(record.http_headers),
         rest,
     )
+
+
+def _without_length(parsed: object) -> object:
+    if not isinstance(parsed, tuple):
+        return parsed
+    headers, http, rest = parsed
+    return ([h for h in headers if h[0] != "Content-Length"], http, rest)
 
 
 async def test_header_parsing_matches_warcio(warcs_dir: Path) -> None:
@@ -663,6 +675,11 @@ async def test_header_parsing_matches_warcio(warcs_dir: Path) -> None:
                     if ours == "truncated":  # warcio serves a short block silently
                         assert expected != "error"
                         continue
+                    if path.suffix == ".arc" and isinstance(ours, tuple):
+                        # an ARC block cut by the indexed length gets a Content-Length
+                        # that fits it (warc_reader._fit_to_length); warcio keeps the
+                        # declared one
+                        ours, expected = _without_length(ours), _without_length(expected)
                     assert ours == expected, (path.name, offset, length, chunk_bytes)
                     checked += 1
     assert checked > 1000

@@ -19,9 +19,14 @@ from typing import Final
 import aiohttp
 import pytest
 
-from gateway.jobs.db import connect, read_counts
+from gateway.jobs.actors import JobContext
+from gateway.jobs.db import JobsDB, connect, read_counts
+from gateway.jobs.hooks import Hooks
+from gateway.jobs.orchestrator import Orchestrator
+from gateway.jobs.settings import JobsSettings
 from gateway.store.layout import Layout
-from gateway.store.online_import import IMPORT, add_files
+from gateway.store.online_import import IMPORT, ImportActor, add_files
+from gateway.store.settings import StoreSettings
 from tests.jobs.process_support import (
     Process,
     get_json,
@@ -172,36 +177,78 @@ def test_a_worker_imports_what_was_handed_in(tmp_path: Path, sample_dir: Path) -
     assert not list((tmp_path / "archive" / "incoming").iterdir())
 
 
-async def test_the_same_name_with_other_bytes_is_refused_and_the_same_file_is_present(
+async def test_store_add_settles_what_the_store_decides_before_handing_anything_in(
     tmp_path: Path, sample_dir: Path
 ) -> None:
-    root = tmp_path / "archive"
+    settings = StoreSettings(root=str(tmp_path / "archive"))
     source = sample_dir / "warcs" / "example.warc.gz"
-    first = await add_files(root, [source])
+    first = await add_files(settings, [source])
     assert [o.status for o in first.objects] == ["imported"]
-    again = await add_files(root, [source])
-    assert [o.status for o in again.objects] == ["present"]
+    assert (first.objects[0]["stored_as"], first.settled) == ("example.warc.gz", [])
+    again = await add_files(settings, [source])
+    assert (again.objects, again.settled) == ([], [(source, "present", "example.warc.gz")])
     impostor = tmp_path / "other" / "example.warc.gz"
     impostor.parent.mkdir()
     shutil.copy(sample_dir / "warcs" / "iana.warc.gz", impostor)
-    other = await add_files(root, [impostor, tmp_path / "missing.warc.gz"])
-    assert [o.status for o in other.objects] == ["refused", "refused"]
-    assert "a different file named example.warc.gz is already in the store" in str(
-        other.objects[0]["reason"]
-    )
-    assert "cannot read" in str(other.objects[1]["reason"])
+    other = await add_files(settings, [impostor, tmp_path / "missing.warc.gz"])
+    assert other.objects == []
+    outcome = {path: (status, detail) for path, status, detail in other.settled}
+    assert outcome[impostor][0] == outcome[tmp_path / "missing.warc.gz"][0] == "refused"
+    assert "a different file named example.warc.gz is already in the store" in outcome[impostor][1]
+    assert "not a regular file" in outcome[tmp_path / "missing.warc.gz"][1]
     assert not other.ok
 
 
+async def _run_import_actor(root: Path) -> None:
+    """An orchestrator of this process with the import actor, until nothing is due."""
+    db = JobsDB(Layout(root).db_path)
+    await db.open()
+    hooks = Hooks()
+    hooks.add_object_types([IMPORT])
+    ctx = JobContext(db=db, hooks=hooks, settings=JobsSettings(), store_root=root, owner="test")
+    orchestrator = Orchestrator(ctx, [ImportActor])
+    task = asyncio.create_task(orchestrator.run())
+    deadline = time.monotonic() + DONE_WITHIN_S
+    try:
+        while _import_counts(root)["queued"] + _import_counts(root)["verified"]:
+            assert time.monotonic() < deadline, _import_counts(root)
+            await asyncio.sleep(0.05)
+    finally:
+        orchestrator.stop()
+        await asyncio.wait_for(task, DONE_WITHIN_S)
+        await db.close()
+
+
 @pytest.mark.parametrize("name", ["example-bad.warc.gz.bad", "bad.arc"])
-async def test_a_broken_file_is_refused_with_the_record_and_offset(
+async def test_the_actor_refuses_a_broken_file_with_the_record_and_offset(
     tmp_path: Path, sample_dir: Path, name: str
 ) -> None:
+    root = tmp_path / "archive"
     source = tmp_path / "broken.warc.gz"
     shutil.copy(sample_dir / "warcs" / name, source)
-    report = await add_files(tmp_path / "archive", [source])
-    [obj] = report.objects
-    assert obj.status == "refused"
-    assert "offset" in str(obj["reason"])
-    assert not list(Layout(tmp_path / "archive").warcs.iterdir())
-    assert not list((tmp_path / "archive" / "incoming").iterdir())
+    handed = await add_files(StoreSettings(root=str(root)), [source], wait=False)
+    assert [o.status for o in handed.objects] == ["queued"]
+    await _run_import_actor(root)
+    conn = connect(Layout(root).db_path, read_only=True)
+    try:
+        [(status, reason)] = conn.execute("SELECT status, reason FROM jobs_import").fetchall()
+    finally:
+        conn.close()
+    assert status == "refused"
+    assert "offset" in reason
+    assert not list(Layout(root).warcs.iterdir())
+
+
+async def test_the_actor_refuses_the_second_of_two_files_with_one_name(
+    tmp_path: Path, sample_dir: Path
+) -> None:
+    """Both pass the check before hand-in; the store decides when the first is in."""
+    root = tmp_path / "archive"
+    one = sample_dir / "warcs" / "example.warc.gz"
+    other = tmp_path / "other" / "example.warc.gz"
+    other.parent.mkdir()
+    shutil.copy(sample_dir / "warcs" / "iana.warc.gz", other)
+    report = await add_files(StoreSettings(root=str(root)), [one, other])
+    assert [o.status for o in report.objects] == ["imported", "refused"]
+    assert "a different file named example.warc.gz" in str(report.objects[1]["reason"])
+    assert Layout(root).warcs.joinpath("example.warc.gz").read_bytes() == one.read_bytes()

@@ -15,12 +15,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from warcio.warcwriter import WARCWriter
 
+from gateway.cdxj import CdxRecord
 from gateway.store.cli import add_subcommands
 from gateway.store.cli import main as store_cli
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
+from tests.store.record_driver import record_then_die, settings_for, url_for
 from tests.store.store_support import make_capture, read_all_records, read_record, tree_snapshot
 
 
@@ -41,6 +44,28 @@ def _check(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     status = store_cli(["check", "--root", str(root), "--no-progress"])
     assert tree_snapshot(root) == before, "store check changed the store"
     return status, capsys.readouterr().out
+
+
+def _check_repair_check(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str], found: list[str], action: str
+) -> None:
+    """``check`` fails naming each of ``found``; ``repair`` says ``action``; ``check`` passes."""
+    status, out = _check(settings.root_path, capsys)
+    assert status == 1
+    for text in found:
+        assert text in out
+    assert store_cli(["repair", "--root", settings.root]) == 0
+    assert action in capsys.readouterr().out
+    status, out = _check(settings.root_path, capsys)
+    assert status == 0, out
+
+
+def _served_entries(settings: StoreSettings, url: str) -> list[CdxRecord]:
+    async def run() -> list[CdxRecord]:
+        async with await Store.open(settings, mode="shared") as store:
+            return await store.history(url)
+
+    return asyncio.run(run())
 
 
 def _served(settings: StoreSettings, urls: list[str]) -> dict[str, bytes]:
@@ -94,9 +119,10 @@ def test_add_rejects_invalid_files(
     not_warc.write_text("hello")
     assert store_cli(["add", "--root", settings.root, str(bad), str(not_warc)]) == 1
     err = capsys.readouterr().err
-    assert "bad.warc.gz: refused:" in err
-    assert "notes.txt: refused:" in err
-    assert list(Layout(settings.root_path).warcs.iterdir()) == []
+    assert "bad.warc.gz: refused, nothing was changed" in err
+    assert "gzip member holds more than one record (use warcio recompress)" in err
+    assert "notes.txt: refused, nothing was changed" in err
+    assert not settings.root_path.exists()  # refused before the store was even made
 
 
 def test_check_passes_on_a_healthy_store(
@@ -113,7 +139,9 @@ def test_check_and_repair_a_corrupted_record(
 ) -> None:
     bodies = _fill(settings)
     [warc] = list(Layout(settings.root_path).warcs.iterdir())
-    victim = [r for r in read_all_records(warc) if r.rec_type == "response"][1]
+    records = read_all_records(warc)
+    victim = [r for r in records if r.rec_type == "response"][1]
+    [entry] = _served_entries(settings, "http://example.com/1")
     data = bytearray(warc.read_bytes())
     data[victim.offset + victim.length // 2] ^= 0xFF  # flip a byte inside the gzip member
     warc.write_bytes(bytes(data))
@@ -122,13 +150,56 @@ def test_check_and_repair_a_corrupted_record(
     assert "damaged" in out
     assert store_cli(["repair", "--root", settings.root]) == 0
     out = capsys.readouterr().out
-    assert "salvaged" in out
+    # Issue 11 §6: the report says exactly what was lost (it said "0 dropped" when
+    # two of three records were): one range of bytes, the one capture in it.
+    end = victim.offset + victim.length
+    assert (
+        f"kept {len(records) - 1} record(s), {len(data) - victim.length} byte(s); "
+        f"dropped 0 record(s) failing their digests and 1 unreadable range(s), "
+        f"{victim.length} byte(s) in all: bytes {victim.offset}-{end} (unreadable: "
+    ) in out
+    assert f"1 indexed record(s) lost: http://example.com/1 {entry.timestamp};" in out
     status, out = _check(settings.root_path, capsys)
     assert status == 0, out
     served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
-    # Framing stops at the damaged member: the records before it are kept.
-    assert served == {"http://example.com/0": bodies[0]}
+    # Every whole record is kept, the ones after the damaged member included.
+    assert served == {f"http://example.com/{i}": bodies[i] for i in (0, 2, 3)}
     assert list((settings.root_path / "invalid").rglob(warc.name))
+
+    async def record_again() -> str:
+        async with await Store.open(settings) as store:
+            ack = await store.record(make_capture("http://example.com/after", b"after"))
+        return ack.capture.filename
+
+    # The writer's next file continues the serials past the salvaged copy's.
+    assert Layout.serial_of(asyncio.run(record_again())) == 2
+
+
+def test_one_repair_drops_a_damaged_record_and_a_bad_digest_after_it(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gzip
+    import zlib
+
+    bodies = _fill(settings)
+    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    responses = [r for r in read_all_records(warc) if r.rec_type == "response"]
+    first, second = responses[1], responses[3]
+    raw = bytearray(warc.read_bytes())
+    raw[first.offset + first.length // 2] ^= 0xFF  # unreadable from here on
+    member = zlib.decompress(bytes(raw[second.offset : second.offset + second.length]), 31)
+    tampered = gzip.compress(member.replace(bodies[3], bodies[3].upper()))  # whole, bad digest
+    end = second.offset + second.length
+    warc.write_bytes(bytes(raw[: second.offset]) + tampered + bytes(raw[end:]))
+    assert store_cli(["repair", "--root", settings.root]) == 0
+    out = capsys.readouterr().out
+    assert "dropped 1 record(s) failing their digests and 1 unreadable range(s)" in out
+    assert f"bytes {second.offset}-{second.offset + len(tampered)} (a record: " in out
+    assert "2 indexed record(s) lost: http://example.com/1" in out
+    assert "not repaired" not in out
+    assert _check(settings.root_path, capsys)[0] == 0
+    served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
+    assert served == {f"http://example.com/{i}": bodies[i] for i in (0, 2)}
 
 
 def test_check_and_repair_a_bad_digest(
@@ -160,25 +231,38 @@ def test_check_and_repair_a_bad_digest(
 
 
 def test_check_and_repair_a_torn_open_file(
-    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+    store_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bodies = _fill(settings)
-    [warc] = list(Layout(settings.root_path).warcs.iterdir())
-    torn = warc.with_name(warc.name + ".open")
-    warc.rename(torn)
+    [name] = set(record_then_die(store_root, 4))
+    torn = Layout(store_root).warcs / name
     last = read_all_records(torn)[-1]
     member = torn.read_bytes()[last.offset : last.offset + last.length]
     with torn.open("ab") as fh:
         fh.write(member[: len(member) - 9])  # a write cut short
-    status, out = _check(settings.root_path, capsys)
+    status, out = _check(store_root, capsys)
     assert status == 1
     assert "not_closed" in out
     assert "torn_tail" in out
-    assert store_cli(["repair", "--root", settings.root]) == 0
+    assert store_cli(["repair", "--root", str(store_root)]) == 0
     assert "truncated the torn tail" in capsys.readouterr().out
-    assert _check(settings.root_path, capsys)[0] == 0
-    served = _served(settings, [f"http://example.com/{i}" for i in range(4)])
-    assert served == {f"http://example.com/{i}": bodies[i] for i in range(4)}
+    assert _check(store_root, capsys)[0] == 0
+    served = _served(settings_for(str(store_root)), [url_for(i) for i in range(4)])
+    assert set(served) == {url_for(i) for i in range(4)}
+    assert not list(Layout(store_root).warcs.glob("*.open"))
+
+
+def test_check_notices_a_file_that_changed_after_it_was_closed(
+    settings: StoreSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A whole record added after the last one (a warcinfo: nothing to index):
+    # framing and digests still pass, the SHA-256 does not.
+    _fill(settings, count=2)
+    [warc] = list(Layout(settings.root_path).warcs.iterdir())
+    with warc.open("ab") as fh:
+        writer = WARCWriter(fh, gzip=True, warc_version="1.1")
+        writer.write_record(writer.create_warcinfo_record("added.warc.gz", {"note": "x"}))
+    found = ["[sha256]", "changed after it was closed"]
+    _check_repair_check(settings, capsys, found, "recorded the new SHA-256")
 
 
 def test_check_reports_index_entries_that_disagree(
@@ -192,13 +276,7 @@ def test_check_reports_index_entries_that_disagree(
     db.execute("DELETE FROM captures WHERE id = 3")
     db.commit()
     db.close()
-    status, out = _check(settings.root_path, capsys)
-    assert status == 1
-    assert "[index_mismatch]" in out
-    assert "[unindexed_record]" in out
-    assert store_cli(["repair", "--root", settings.root]) == 0
-    assert "re-indexed" in capsys.readouterr().out
-    assert _check(settings.root_path, capsys)[0] == 0
+    _check_repair_check(settings, capsys, ["[index_mismatch]", "[unindexed_record]"], "re-indexed")
 
 
 def test_check_while_a_writer_holds_the_store(
@@ -213,7 +291,7 @@ def test_check_while_a_writer_holds_the_store(
                 store_cli, ["check", "--root", settings.root, "--no-progress"]
             )
             assert status == 0
-            assert "open file(s) skipped" in capsys.readouterr().out
+            assert "1 file(s) being written or imported skipped: OK" in capsys.readouterr().out
             assert await asyncio.to_thread(store_cli, ["repair", "--root", settings.root]) == 2
             assert "in use" in capsys.readouterr().err
 
@@ -225,7 +303,7 @@ def test_check_shows_a_progress_bar(
 ) -> None:
     _fill(settings, count=2)
     assert store_cli(["check", "--root", settings.root, "--progress"]) == 0
-    assert "store check [" in capsys.readouterr().err
+    assert "store check: 100%" in capsys.readouterr().err
 
 
 def test_check_of_a_missing_store_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

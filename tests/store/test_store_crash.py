@@ -1,8 +1,9 @@
-"""Crash test (issue section 6): SIGKILL a recording process at random moments.
+"""Crash test (issue section 6): SIGKILL a recording and importing process at random moments.
 
 Each round starts ``record_driver.py`` in a real process on the same store,
-lets it record for a random time (or kills it during start-up recovery) and
-kills it with SIGKILL. Then:
+lets it record (and import WARC files, one after the other, beside the
+recording) for a random time after its first acknowledged capture (or kills
+it during start-up recovery) and kills it with SIGKILL. Then:
 
 1. ``store check`` on the crashed store (every third round) may report
    problems (an open file, a torn tail) but changes nothing;
@@ -12,7 +13,10 @@ kills it with SIGKILL. Then:
    said; the round's new ones (and at the end all of them) are read back:
    exactly one whole record with the acknowledged record ID and valid
    digests, whose payload (or, for a revisit, its original's) is the one
-   that was recorded. ``check`` has verified every other index entry.
+   that was recorded. ``check`` has verified every other index entry;
+5. every import that returned is served whole, and no kill, in the middle
+   of writing, closing or importing, left a file the index does not know
+   (``check`` reports any: orphans in ``warcs/``, leftovers in ``incoming/``).
 
 The seed is printed so that a failing run can be repeated
 (``STORE_CRASH_SEED=... pytest ...``).
@@ -25,6 +29,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -36,18 +41,27 @@ import pytest
 from gateway.store.cli import main as store_cli
 from gateway.store.reader import StoreReader
 from gateway.store.store import Store
-from tests.store.record_driver import body_for, settings_for, url_for
+from tests.store.record_driver import (
+    body_for,
+    import_body,
+    import_url,
+    settings_for,
+    url_for,
+    write_import,
+)
 from tests.store.store_support import read_record, tree_snapshot
 
 REPO: Final = Path(__file__).resolve().parents[2]
 ROUNDS: Final = 22
+IMPORT_FILES: Final = 200
 READY_TIMEOUT_S: Final = 30.0
 
 
-def _start(root: Path, first: int, stderr: Any) -> subprocess.Popen[bytes]:
+def _start(root: Path, first: int, imports: Path, stderr: Any) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    driver = [sys.executable, "-m", "tests.store.record_driver"]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.store.record_driver", str(root), str(first)],
+        [*driver, str(root), str(first), "--imports", str(imports)],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -56,12 +70,16 @@ def _start(root: Path, first: int, stderr: Any) -> subprocess.Popen[bytes]:
 
 
 def _kill_after(proc: subprocess.Popen[bytes], delay_s: float, wait_ready: bool) -> bytes:
-    """Wait for the ready line (if asked), sleep ``delay_s``, SIGKILL; return all stdout."""
+    """Wait for the first acknowledged capture (if asked), sleep ``delay_s``, SIGKILL.
+
+    Returns all stdout. Waiting for an ack, not only the ready line, makes
+    the kill land while recording however loaded the machine is.
+    """
     assert proc.stdout is not None
     head = b""
     if wait_ready:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while b"\n" not in head:
+        while b'"i": ' not in head.partition(b"\n")[2]:
             chunk = os.read(proc.stdout.fileno(), 4096)
             assert chunk, "driver exited before it was ready"
             head += chunk
@@ -73,13 +91,37 @@ def _kill_after(proc: subprocess.Popen[bytes], delay_s: float, wait_ready: bool)
     return head + rest
 
 
-def _acks(output: bytes) -> list[dict[str, Any]]:
+def _acks(output: bytes, key: str = "i") -> list[dict[str, Any]]:
+    """The driver's lines that have ``key`` (``i``: a capture, ``imported``: an import)."""
     acks = []
     for line in output.split(b"\n")[:-1]:  # a line cut by the kill has no newline
         record = json.loads(line)
-        if "i" in record:
+        if key in record:
             acks.append(record)
     return acks
+
+
+def _mid_import(root: Path) -> bool:
+    """True when the kill left an import unfinished (its row, or its staged copy)."""
+    if (root / "incoming").is_dir() and any((root / "incoming").iterdir()):
+        return True
+    db = sqlite3.connect(f"{(root / 'index.sqlite3').as_uri()}?mode=ro", uri=True)
+    try:
+        (count,) = db.execute("SELECT COUNT(*) FROM files WHERE state = 'importing'").fetchone()
+    finally:
+        db.close()
+    return bool(count)
+
+
+async def _verify_imports(root: Path, names: set[str]) -> None:
+    reader = StoreReader(root / "index.sqlite3")
+    try:
+        for name in sorted(names):
+            [capture] = await reader.history(import_url(name))
+            assert capture.filename == name
+            assert read_record(root / "warcs", capture).payload == import_body(name)
+    finally:
+        reader.close()
 
 
 async def _restart(root: Path) -> None:
@@ -129,17 +171,24 @@ def test_sigkill_at_random_moments(tmp_path: Path, capsys: pytest.CaptureFixture
     rng = random.Random(seed)
     print(f"store crash test seed: {seed}")
     root = tmp_path / "archive"
+    imports = tmp_path / "imports"
+    imports.mkdir()
+    for number in range(IMPORT_FILES):
+        write_import(imports / f"import-{number:03d}.warc.gz")
     acked: dict[int, dict[str, Any]] = {}
-    kills_while_recording = 0
+    imported: set[str] = set()
+    kills_while_recording = kills_mid_import = 0
     with (tmp_path / "driver-stderr.log").open("wb") as stderr:
         for round_no in range(ROUNDS):
             during_startup = round_no > 0 and rng.random() < 0.15
-            proc = _start(root, round_no * 1_000_000, stderr)
-            delay = rng.uniform(0.0, 0.4) if during_startup else rng.uniform(0.02, 0.25)
+            proc = _start(root, round_no * 1_000_000, imports, stderr)
+            delay = rng.uniform(0.0, 0.4) if during_startup else rng.uniform(0.0, 0.25)
             output = _kill_after(proc, delay, wait_ready=not during_startup)
             new = _acks(output)
             kills_while_recording += bool(new)
             acked.update((ack["i"], ack) for ack in new)
+            imported.update(line["imported"] for line in _acks(output, "imported"))
+            kills_mid_import += _mid_import(root)
 
             if round_no % 3 == 0:
                 # check on the crashed store: may fail, must not change anything
@@ -153,9 +202,16 @@ def test_sigkill_at_random_moments(tmp_path: Path, capsys: pytest.CaptureFixture
             assert status == 0, f"seed {seed}, round {round_no}: check failed after restart\n{out}"
             # every ack so far is indexed; this round's are read back whole
             asyncio.run(_verify_served(root, acked, {ack["i"] for ack in new}))
+            asyncio.run(_verify_imports(root, imported))
+            assert not list((root / "incoming").iterdir()), f"round {round_no}"
     asyncio.run(_verify_served(root, acked, set(acked)))
     assert kills_while_recording >= 15, "too few kills landed while recording"
+    assert kills_mid_import >= 2, f"seed {seed}: only {kills_mid_import} kills landed mid-import"
+    assert imported, "no import finished"
     assert any(a["outcome"] == "revisit" for a in acked.values())
     assert len(list((root / "warcs").iterdir())) > 1, "no rollover happened"
     size = sum(p.stat().st_size for p in (root / "warcs").iterdir())
-    print(f"store crash test: {len(acked)} acknowledged captures, {size / 1e6:.1f} MB")
+    print(
+        f"store crash test: {len(acked)} acknowledged captures, {len(imported)} imports, "
+        f"{kills_mid_import} kills mid-import, {size / 1e6:.1f} MB"
+    )

@@ -1,0 +1,278 @@
+"""The schema of the store's SQLite index, as an ordered chain of migration steps.
+
+The database carries its schema version in ``PRAGMA user_version`` (0 for a
+new file, and for an index written by the release at af8b42d, which had no
+version). Opening the store for writing runs :func:`migrate`: every step past
+the stored version, in order, each in its own ``BEGIN IMMEDIATE`` transaction
+that also sets ``user_version`` to the step's number, so a step is either
+applied whole and recorded, or not at all (SQLite transactions cover DDL and
+the header's ``user_version``). A kill -9 at any moment leaves the database at
+the last committed step, and the next open continues from there; several
+processes opening the same store at once apply each step once (the version
+is read again inside the step's transaction).
+
+Adding a step (a new table, a column): write one function taking the
+connection, with plain SQL inside, and append it to :data:`STEPS`; its number
+is its position in the list, from 1. It runs inside the transaction: it must
+not ``COMMIT``, ``BEGIN`` or change ``journal_mode``, and it must not read or
+write WARC files (opening a store stays O(1) in its size; see
+:mod:`gateway.store.layout`). Never edit or reorder a released step; a
+database whose version is past the end of :data:`STEPS` was written by a
+newer release and is refused (:class:`~gateway.store.errors.StoreError`).
+
+The schema after every step (``sqlite3 index.sqlite3 .schema`` shows it)::
+
+    files(id, name UNIQUE, origin, indexed_end,             -- step 1
+          state, open_link, sha256, fs_version, date)       -- step 2
+    captures(id, urlkey, timestamp, file_id, offset, length, rec_type,
+             url, mime, status, digest, warc_date, record_id, extra)  -- step 1
+    jobs_object_types, jobs_import, jobs_scrub                  -- step 3
+        (the background jobs' objects: :mod:`gateway.jobs`)
+
+:mod:`gateway.store.db` says what each column means.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable
+from typing import Final
+
+from gateway.store.errors import StoreError
+
+__all__ = ["SCHEMA_VERSION", "STEPS", "Step", "migrate", "schema_version"]
+
+#: One migration step: DDL and data changes on the open connection, inside
+#: the transaction :func:`migrate` holds.
+Step = Callable[[sqlite3.Connection], None]
+
+
+def create_index_tables(conn: sqlite3.Connection) -> None:
+    """Step 1: ``files`` and ``captures`` as the release at af8b42d created them.
+
+    ``IF NOT EXISTS`` throughout: that release's databases have the tables but
+    no ``user_version``, and pass through this step unchanged.
+    """
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS files (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            open INTEGER NOT NULL,
+            origin TEXT NOT NULL,
+            indexed_end INTEGER NOT NULL DEFAULT 0
+        )"""
+    )
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS captures (
+            id INTEGER PRIMARY KEY,
+            urlkey TEXT NOT NULL,
+            timestamp TEXT NOT NULL,
+            file_id INTEGER NOT NULL REFERENCES files(id),
+            offset INTEGER NOT NULL,
+            length INTEGER NOT NULL,
+            rec_type TEXT NOT NULL,
+            url TEXT NOT NULL,
+            mime TEXT NOT NULL,
+            status TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            warc_date TEXT NOT NULL,
+            record_id TEXT NOT NULL,
+            extra TEXT NOT NULL DEFAULT ''
+        )"""
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS captures_key ON captures(urlkey, timestamp, id)")
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS captures_original ON captures(digest, id)"
+        " WHERE rec_type IN ('response', 'resource')"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS captures_file ON captures(file_id, offset)")
+    conn.execute("CREATE INDEX IF NOT EXISTS captures_record_id ON captures(record_id)")
+
+
+#: ``gateway-20250301120000-00001.warc.gz``: the date in a name the store wrote.
+#: A released step must do the same forever, so it keeps its own pattern
+#: rather than :mod:`gateway.store.layout`'s, which may grow.
+_WRITTEN_NAME_DATE: Final = re.compile(r"-(\d{14})-\d{5,}\.warc\.gz$")
+
+
+def add_file_facts(conn: sqlite3.Connection) -> None:
+    """Step 2: what replication and layout migration need to know of each file.
+
+    - ``state`` (``open``, ``importing``, ``closed``) replaces the ``open``
+      flag; ``open_link`` marks a closed file whose ``.open`` name is still
+      linked (the grace period after a close);
+    - ``sha256`` of the whole file: NULL on rows of older releases until
+      something computes it;
+    - ``fs_version`` 1 (flat ``warcs/``) for every existing file;
+    - ``date``: the file's 14-digit creation date, taken from the names the
+      store wrote; NULL for other files of older releases.
+
+    Partial indexes keep the start-up queries (unfinished files, pending
+    links, the writer's newest file) independent of the store's size.
+    """
+    conn.execute(
+        "ALTER TABLE files ADD COLUMN state TEXT NOT NULL DEFAULT 'closed'"
+        " CHECK (state IN ('open', 'importing', 'closed'))"
+    )
+    conn.execute("UPDATE files SET state = 'open' WHERE open != 0")
+    conn.execute("ALTER TABLE files DROP COLUMN open")
+    conn.execute("ALTER TABLE files ADD COLUMN open_link INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE files ADD COLUMN sha256 TEXT")
+    conn.execute("ALTER TABLE files ADD COLUMN fs_version INTEGER NOT NULL DEFAULT 1")
+    conn.execute("ALTER TABLE files ADD COLUMN date TEXT")
+    written = conn.execute("SELECT id, name FROM files WHERE origin = 'written'").fetchall()
+    for file_id, name in written:
+        match = _WRITTEN_NAME_DATE.search(name)
+        if match:
+            conn.execute("UPDATE files SET date = ? WHERE id = ?", (match.group(1), file_id))
+    conn.execute("CREATE INDEX files_unfinished ON files(id) WHERE state != 'closed'")
+    conn.execute("CREATE INDEX files_written ON files(id) WHERE origin = 'written'")
+    conn.execute("CREATE INDEX files_open_link ON files(id) WHERE open_link != 0")
+    conn.execute("CREATE INDEX files_sha256 ON files(sha256) WHERE sha256 IS NOT NULL")
+
+
+def add_jobs_tables(conn: sqlite3.Connection) -> None:
+    """Step 3: the background jobs' tables: ``import`` and ``scrub`` objects.
+
+    The DDL :func:`gateway.jobs.db.create_schema` makes from the object
+    types' declarations (:mod:`gateway.store.online_import`,
+    :mod:`gateway.store.scrub`) as they are at this step, written out so
+    that the step stays the same forever; a test holds the two equal, so a
+    change to either declaration comes with a step of its own. Closed files
+    of older releases get their scrub objects from the scrub actor type's
+    seeding, not here (this step reads no WARC file and stays O(1)).
+    """
+    statements = (
+        """CREATE TABLE IF NOT EXISTS jobs_object_types (
+            name TEXT PRIMARY KEY,
+            table_name TEXT NOT NULL,
+            states TEXT NOT NULL,
+            final TEXT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS jobs_import (
+            id INTEGER PRIMARY KEY,
+            status TEXT NOT NULL,
+            retry_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            last_error_at TEXT,
+            lease_owner TEXT,
+            batch TEXT NOT NULL DEFAULT '',
+            source_path TEXT NOT NULL,
+            name TEXT NOT NULL DEFAULT '',
+            size INTEGER NOT NULL DEFAULT 0,
+            sha256 TEXT NOT NULL DEFAULT '',
+            date TEXT,
+            records INTEGER NOT NULL DEFAULT 0,
+            notes TEXT NOT NULL DEFAULT '[]',
+            stored_as TEXT NOT NULL DEFAULT '',
+            captures INTEGER NOT NULL DEFAULT 0,
+            reason TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_import_due ON jobs_import(retry_at)"
+        " WHERE retry_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_import_status ON jobs_import(status)",
+        "CREATE INDEX IF NOT EXISTS jobs_import_errors ON jobs_import(last_error_at)"
+        " WHERE last_error_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_import_batch ON jobs_import(batch)",
+        """CREATE TABLE IF NOT EXISTS jobs_scrub (
+            id INTEGER PRIMARY KEY,
+            status TEXT NOT NULL,
+            retry_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            last_error_at TEXT,
+            lease_owner TEXT,
+            file_name TEXT NOT NULL,
+            resume_offset INTEGER NOT NULL DEFAULT 0,
+            pass_started_at TEXT,
+            pass_records INTEGER NOT NULL DEFAULT 0,
+            pass_problems TEXT NOT NULL DEFAULT '[]',
+            verified_at TEXT,
+            records INTEGER NOT NULL DEFAULT 0,
+            problems TEXT NOT NULL DEFAULT '[]',
+            result TEXT NOT NULL DEFAULT '',
+            passes INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_scrub_due ON jobs_scrub(retry_at)"
+        " WHERE retry_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_scrub_status ON jobs_scrub(status)",
+        "CREATE INDEX IF NOT EXISTS jobs_scrub_errors ON jobs_scrub(last_error_at)"
+        " WHERE last_error_at IS NOT NULL",
+        "CREATE UNIQUE INDEX IF NOT EXISTS jobs_scrub_file_name ON jobs_scrub(file_name)",
+    )
+    for statement in statements:
+        conn.execute(statement)
+    conn.executemany(
+        "INSERT OR REPLACE INTO jobs_object_types (name, table_name, states, final)"
+        " VALUES (?, ?, ?, ?)",
+        [
+            (
+                "import",
+                "jobs_import",
+                '["queued", "verified", "imported", "present", "refused", "failed"]',
+                '["imported", "present", "refused", "failed"]',
+            ),
+            (
+                "scrub",
+                "jobs_scrub",
+                '["verifying", "good", "damaged", "missing"]',
+                '["missing"]',
+            ),
+        ],
+    )
+
+
+#: The chain, in order; step ``n`` (from 1) brings the database to version ``n``.
+STEPS: Final[list[Step]] = [
+    create_index_tables,
+    add_file_facts,
+    add_jobs_tables,
+]
+
+#: The version this release writes.
+SCHEMA_VERSION: Final = len(STEPS)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The database's ``PRAGMA user_version`` (0 for a new or unversioned file)."""
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    return int(version)
+
+
+def migrate(conn: sqlite3.Connection, steps: list[Step] | None = None) -> list[int]:
+    """Bring the database up to ``len(steps)`` (default :data:`STEPS`); return what ran.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). Each
+    step runs in ``BEGIN IMMEDIATE`` ... ``COMMIT`` together with
+    ``PRAGMA user_version = n``; an exception rolls the step back and
+    propagates. Raises :class:`StoreError` for a database newer than
+    ``steps``.
+    """
+    chain = STEPS if steps is None else steps
+    found = schema_version(conn)
+    if found > len(chain):
+        raise StoreError(
+            f"the store's index has schema version {found}, newer than this release's "
+            f"{len(chain)}: it was written by a newer gateway; upgrade this one to open it"
+        )
+    applied: list[int] = []
+    for number, step in enumerate(chain, start=1):
+        if schema_version(conn) >= number:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if schema_version(conn) < number:  # another process may have done it meanwhile
+                step(conn)
+                conn.execute(f"PRAGMA user_version = {number:d}")
+                applied.append(number)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return applied
