@@ -36,7 +36,7 @@ from gateway.loaders.base import ResourceLoader
 from gateway.loaders.resolvers import RESOLVER_TYPES
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.logfilter import install as install_bad_request_log_filter
-from gateway.metrics import CLIENT_LEFT_STATUS, Metrics, RouteStats
+from gateway.metrics import CLIENT_LEFT_STATUS, Metrics, RouteStats, register_collector
 from gateway.readiness import Readiness
 from gateway.sources import SOURCE_TYPES
 from gateway.sources.base import IndexSource
@@ -248,6 +248,7 @@ def create_app(
     metrics = app[METRICS] = Metrics()
     readiness = app[READINESS] = Readiness()
     app[JOBS] = jobs
+    register_collector(app, jobs.collector())  # the jobs' families in /metrics
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         shared = app[CLIENTS]

@@ -2,7 +2,8 @@
 
 ::
 
-    gateway worker [--config FILE]          run the store's background work until SIGTERM
+    gateway worker [--config FILE] [--log-level L] [--log-format text|json]
+                                            run the store's background work until SIGTERM
     gateway jobs [--config FILE] [--json]   per object type: states, due, running, errors
 
 Both read the ``store:`` and ``jobs:`` sections of the config (default
@@ -21,6 +22,8 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import TYPE_CHECKING
+
+from gateway.logs import LOG_LEVELS
 
 if TYPE_CHECKING:
     from gateway.jobs.service import JobsService
@@ -44,13 +47,14 @@ def _service(config_path: str, command: str) -> JobsService | None:
 
 def _worker(args: argparse.Namespace) -> int:
     import asyncio
-    import logging
     import signal
+
+    from gateway.logs import configure_logging
 
     service = _service(args.config, "worker")
     if service is None:
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(args.log_level, args.log_format)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -106,6 +110,16 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "worker", help="run the store's background work (imports, scrubs) until SIGTERM"
     )
     worker.add_argument("--config", default=DEFAULT_CONFIG, help="collections.yaml to read")
+    logs = worker.add_argument_group("logging (standard error)")
+    logs.add_argument(
+        "--log-level", choices=LOG_LEVELS, default="info", help="least severe level logged"
+    )
+    logs.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object per line (job records carry job_type, job_id, ...)",
+    )
     worker.set_defaults(run=_worker)
 
     jobs = subparsers.add_parser(

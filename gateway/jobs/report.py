@@ -11,14 +11,17 @@ and its problems). :func:`format_report` renders it as text.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from gateway.jobs.db import format_time, read_counts, read_registered_types
+from gateway.jobs.db import format_time, parse_time, read_counts, read_registered_types
 from gateway.jobs.model import ObjectType
 
-__all__ = ["format_report", "read_report"]
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+__all__ = ["JobsCollector", "format_report", "read_report"]
 
 #: Last errors and attention objects listed per type.
 LISTED: Final = 5
@@ -137,3 +140,56 @@ def format_report(report: Mapping[str, Any]) -> str:
         for item in entry["attention"]:
             lines.append(f"  {item['status']}: #{item['id']} {item['label']}: {item['detail']}")
     return "\n".join(lines)
+
+
+class JobsCollector:
+    """Prometheus families of the background jobs, read at each scrape (``/metrics``).
+
+    ``read()`` gives a :func:`read_report` (called in the scrape's worker
+    thread). Families, one sample per object type (``type`` label):
+
+    - ``gateway_jobs_objects{type, state}``: objects in each state;
+    - ``gateway_jobs_due{type}``: objects due now (waiting for an actor);
+    - ``gateway_jobs_running{type}``: ticks running, in every process (active leases);
+    - ``gateway_jobs_oldest_due_seconds{type}``: how long the oldest due
+      object has waited (0 when none is due): a queue that stopped moving.
+    """
+
+    def __init__(self, read: Callable[[], Mapping[str, Any]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        report = self._read()
+        now = parse_time(report["now"])
+        objects = GaugeMetricFamily(
+            "gateway_jobs_objects",
+            "Background-job objects by type and state.",
+            labels=["type", "state"],
+        )
+        due = GaugeMetricFamily("gateway_jobs_due", "Objects due now, by type.", labels=["type"])
+        running = GaugeMetricFamily(
+            "gateway_jobs_running",
+            "Ticks running in every process (active leases).",
+            labels=["type"],
+        )
+        oldest = GaugeMetricFamily(
+            "gateway_jobs_oldest_due_seconds",
+            "How long the oldest due object has waited, by type (0: none due).",
+            labels=["type"],
+        )
+        for name, entry in report["types"].items():
+            for state, count in entry["states"].items():
+                objects.add_metric([name, state], count)
+            if "due" not in entry:  # a type whose actor is not loaded here: counts only
+                continue
+            due.add_metric([name], entry["due"])
+            running.add_metric([name], sum(entry["running"].values()))
+            waited = (
+                (now - parse_time(entry["oldest_due"])).total_seconds()
+                if entry["oldest_due"]
+                else 0.0
+            )
+            oldest.add_metric([name], max(0.0, waited))
+        yield from (objects, due, running, oldest)

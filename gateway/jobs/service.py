@@ -29,7 +29,7 @@ from gateway.jobs.db import JobsDB, connect, utcnow
 from gateway.jobs.hooks import Hooks, load_plugins
 from gateway.jobs.orchestrator import HostLock, Orchestrator
 from gateway.jobs.registry import ACTOR_TYPES, object_types_of
-from gateway.jobs.report import read_report
+from gateway.jobs.report import JobsCollector, read_report
 from gateway.jobs.settings import JobsSettings
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
@@ -216,6 +216,10 @@ class JobsService:
             "queues": dict(orchestrator.queues) if orchestrator else {},
         }
         return body
+
+    def collector(self) -> JobsCollector:
+        """The ``/metrics`` families of the jobs (:class:`~gateway.jobs.report.JobsCollector`)."""
+        return JobsCollector(self.read_report)
 
     def read_report(self) -> dict[str, Any]:
         """The database's report (blocking); empty types when there is no database yet."""

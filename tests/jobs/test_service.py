@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,11 @@ from gateway.app import create_app
 from gateway.cli import build_parser
 from gateway.config import parse_config
 from gateway.errors import ConfigError
-from gateway.jobs.db import connect, utcnow, write_objects
+from gateway.jobs.db import connect, create_schema, utcnow, write_objects
 from gateway.jobs.service import JobsService
 from gateway.jobs.settings import JobsSettings
 from gateway.store.settings import StoreSettings
+from tests.api.test_metrics import scrape, value
 from tests.jobs import probe_plugin
 from tests.jobs.probe_plugin import PROBE
 
@@ -131,3 +133,28 @@ async def _until(condition: Callable[[], bool], within_s: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline
         await asyncio.sleep(0.02)
+
+
+async def test_metrics_show_the_jobs_by_type_and_state(
+    aiohttp_client: Callable[..., Awaitable[Client]], tmp_path: Path
+) -> None:
+    root = tmp_path / "archive"
+    config = parse_config(
+        f"store: {{root: {root}, fsync: never}}\n"
+        "jobs: {enabled: false, plugins: [tests.jobs.probe_plugin]}\n"
+        "collections: {stored: $store}\n"
+    )
+    client = await aiohttp_client(create_app(config))
+    conn = connect(root / "index.sqlite3")
+    create_schema(conn, [PROBE])  # the probe plugin's table (its jobs do not run here)
+    now = utcnow()
+    write_objects(conn, PROBE, now, [{}] * 3, retry_at=now - timedelta(minutes=2))
+    write_objects(conn, PROBE, now, [{}], status="done")
+    conn.close()
+    families = await scrape(client)
+    assert value(families, "gateway_jobs_objects", type="probe", state="queued") == 3
+    assert value(families, "gateway_jobs_objects", type="probe", state="done") == 1
+    assert value(families, "gateway_jobs_objects", type="scrub", state="good") == 0
+    assert value(families, "gateway_jobs_due", type="probe") == 3
+    assert value(families, "gateway_jobs_running", type="probe") == 0
+    assert 110 < value(families, "gateway_jobs_oldest_due_seconds", type="probe") < 3600
