@@ -205,6 +205,8 @@ def stage_and_publish(layout: Layout, index: IndexDB, obj: JobObject) -> ImportR
             return staged
         return publish(layout, index, staged)
     except ImportRejected as exc:
+        if any("is being imported by another process" in p for p in exc.problems):
+            raise ImportBusy(f"{name} is being imported by another process") from exc
         return Refused("\n".join(exc.problems))
 
 

@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from gateway.jobs.actors import JobContext
-from gateway.jobs.db import JobsDB, connect, read_counts
+from gateway.jobs.db import JobsDB, connect, format_time, read_counts, utcnow
 from gateway.jobs.hooks import Hooks
 from gateway.jobs.orchestrator import Orchestrator
 from gateway.jobs.settings import JobsSettings
@@ -121,6 +121,28 @@ def _import_counts(root: Path) -> dict[str, int]:
         conn.close()
 
 
+def _scrub_now(root: Path, name: str) -> None:
+    conn = connect(Layout(root).db_path)
+    try:
+        conn.execute(
+            "UPDATE jobs_scrub SET retry_at = ? WHERE file_name = ?",
+            (format_time(utcnow()), name),
+        )
+    finally:
+        conn.close()
+
+
+def _scrub_passes(root: Path, name: str) -> int:
+    conn = connect(Layout(root).db_path, read_only=True)
+    try:
+        row = conn.execute(
+            "SELECT passes, status FROM jobs_scrub WHERE file_name = ?", (name,)
+        ).fetchone()
+    finally:
+        conn.close()
+    return int(row[0]) if row is not None and row[1] == "good" else 0
+
+
 def _wait_imported(port: int, count: int) -> dict[str, object]:
     deadline = time.monotonic() + DONE_WITHIN_S
     while True:
@@ -143,6 +165,13 @@ def test_files_handed_in_without_waiting_are_imported_by_the_server(
         assert result.returncode == 0, result.stderr
         assert "handed in 1 file(s)" in result.stdout
         _wait_imported(port, 1)
+        # The server's scrub actor runs too: make the imported file's next
+        # verification due now (as if 30 days had passed) and see it done.
+        _scrub_now(tmp_path / "archive", "iana.warc.gz")
+        deadline = time.monotonic() + DONE_WITHIN_S
+        while _scrub_passes(tmp_path / "archive", "iana.warc.gz") != 1:
+            assert time.monotonic() < deadline, serve.logs()
+            time.sleep(0.1)
         status, _ = get_json(port, "/_health")
         assert status == 200
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
