@@ -56,6 +56,7 @@ from gateway.storage.errors import (
     StorageRefused,
     StorageUnavailable,
 )
+from gateway.storage.settings import SettingError
 
 __all__ = ["TEMP_SUFFIX", "LocalStorage", "LocalStorageConfig"]
 
@@ -100,9 +101,7 @@ class LocalStorageConfig:
 
     def __post_init__(self) -> None:
         if not self.path:
-            raise ValueError(
-                "path: empty; expected an existing directory such as /mnt/backup/warcs"
-            )
+            raise SettingError("path", "empty; expected an existing directory such as /srv/backup")
 
 
 class _Handle:

@@ -226,7 +226,7 @@ class S3Storage:
         aio_config = AioConfig(
             connect_timeout=config.connect_timeout_s,
             read_timeout=config.read_timeout_s,
-            retries={"max_attempts": 3, "mode": "standard"},
+            retries={"max_attempts": 2, "mode": "standard"},  # the copier retries too
             s3={"addressing_style": "path"} if config.endpoint else {},
             max_pool_connections=max(10, 2 * config.parts_in_flight),
             # Checksums are set explicitly where they matter (SHA-256 of every upload).

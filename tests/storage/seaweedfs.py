@@ -111,6 +111,7 @@ class SeaweedFS:
         self.access_key = "gw" + secrets.token_hex(8)
         self.secret_key = secrets.token_hex(20)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.data_dir = workdir / "data0"
         self.ports: dict[str, int] = {}
         self.log_path = workdir / "weed.log"
 
@@ -159,7 +160,8 @@ class SeaweedFS:
         for attempt in range(_START_ATTEMPTS):
             data = self.workdir / f"data{attempt}"
             data.mkdir()
-            self._spawn(data, config_path)
+            self.data_dir = data
+            self._spawn(data, config_path, new_ports=True)
             try:
                 self._wait_ready()
                 return
@@ -168,9 +170,15 @@ class SeaweedFS:
                 self.stop()
         raise SeaweedFSError(f"weed did not start in {_START_ATTEMPTS} attempts:\n{failure}")
 
-    def _spawn(self, data: Path, config_path: Path) -> None:
+    def restart(self) -> None:
+        """Start again after :meth:`kill`, on the same ports and data (objects kept)."""
+        self._spawn(self.data_dir, self.workdir / "s3.json", new_ports=False)
+        self._wait_ready()
+
+    def _spawn(self, data: Path, config_path: Path, *, new_ports: bool) -> None:
         names = ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3")
-        self.ports = dict(zip((*names, "s3_grpc"), _free_ports(len(names) + 1), strict=True))
+        if new_ports:
+            self.ports = dict(zip((*names, "s3_grpc"), _free_ports(len(names) + 1), strict=True))
         p = self.ports
         argv = [
             weed_binary(),
@@ -230,7 +238,8 @@ class SeaweedFS:
     async def _probe(self) -> None:
         async with self.client() as client:
             await client.list_buckets()
-            with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+            buckets = (await client.list_buckets()).get("Buckets", [])
+            if not any(bucket.get("Name") == "ready-probe" for bucket in buckets):
                 await client.create_bucket(Bucket="ready-probe")
             await client.put_object(Bucket="ready-probe", Key="probe", Body=b"ok")
             answer = await client.get_object(Bucket="ready-probe", Key="probe")
@@ -283,7 +292,7 @@ class SeaweedFS:
                     path.unlink()
 
     def kill(self) -> None:
-        """SIGKILL the server at once (a crash, for fault tests); :meth:`start` can follow."""
+        """SIGKILL the server at once (a crash, for fault tests); :meth:`restart` can follow."""
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=STOP_TIMEOUT_S)
