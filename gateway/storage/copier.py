@@ -145,15 +145,38 @@ class _SourceFailed(Exception):
         self.error = error
 
 
+#: Chunks read ahead from the source while the destination writes the current one.
+READ_AHEAD_CHUNKS: Final = 4
+
+
 async def _from_source(source: Storage, name: str, size: int) -> AsyncGenerator[bytes, None]:
-    stream = source.get_range(name, 0, size)
+    """The source's bytes, read up to :data:`READ_AHEAD_CHUNKS` ahead by a task of its
+    own (reading overlaps the destination's hashing and writing); a source failure
+    arrives as :class:`_SourceFailed`, so that ``put`` passes it through untouched."""
+    queue: asyncio.Queue[bytes | StorageError | None] = asyncio.Queue(READ_AHEAD_CHUNKS)
+
+    async def read() -> None:
+        stream = source.get_range(name, 0, size)
+        try:
+            async for chunk in stream:
+                await queue.put(chunk)
+            await queue.put(None)
+        except StorageError as exc:
+            await queue.put(exc)
+        finally:
+            await stream.aclose()
+
+    reader = asyncio.create_task(read())
     try:
-        async for chunk in stream:
-            yield chunk
-    except StorageError as exc:
-        raise _SourceFailed(exc) from exc
+        while (item := await queue.get()) is not None:
+            if isinstance(item, StorageError):
+                raise _SourceFailed(item) from item
+            yield item
+        await reader  # re-raises anything unexpected from the reader
     finally:
-        await stream.aclose()
+        if not reader.done():
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
 
 
 async def copy_file(
