@@ -12,13 +12,15 @@ storage is opened.
 **Writes are create-only and verified by the server** (AWS S3 user guide,
 *Checking object integrity* and *Conditional writes*):
 
-- Up to ``part_size_bytes``, one ``PutObject`` with ``If-None-Match: *`` and
-  ``x-amz-checksum-sha256`` set to the **declared** SHA-256: the server
-  refuses bytes with another digest (``BadDigest``) and refuses to replace an
-  existing key (``412 Precondition Failed``), in the same request. The bytes
-  are buffered and checked against the declared size and SHA-256 before
-  anything is sent.
-- Past ``part_size_bytes``, a multipart upload under a **staging key**,
+- Up to ``single_put_max_bytes`` (5 GiB), one ``PutObject`` with
+  ``If-None-Match: *`` and ``x-amz-checksum-sha256`` set to the **declared**
+  SHA-256: the server refuses bytes with another digest (``BadDigest``) and
+  refuses to replace an existing key (``412 Precondition Failed``), in the
+  same request. The bytes are spooled (memory up to ``part_size_bytes``,
+  then a temporary file) and checked against the declared size and SHA-256
+  before anything is sent, and the declared SHA-256 is also the SigV4
+  payload hash, so botocore does not hash the body again in the event loop.
+- Past ``single_put_max_bytes``, a multipart upload under a **staging key**,
   ``{prefix}.partial/{name}.{32 hex}`` (hidden names are never object names),
   each part carrying its own ``x-amz-checksum-sha256``, at most
   ``parts_in_flight`` parts in flight; the whole stream's SHA-256 is checked
@@ -53,10 +55,11 @@ import hashlib
 import logging
 import re
 import secrets
+import tempfile
 import time
 from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Final, Self
 
 from gateway.storage.base import (
     ObjectInfo,
@@ -92,6 +95,8 @@ MIB: Final = 1 << 20
 #: Staging keys (multipart uploads in progress) live under ``{prefix}.partial/``.
 STAGING_DIR: Final = ".partial/"
 CHUNK_BYTES: Final = MIB
+#: Chunks at least this long are spooled and hashed in a worker thread.
+THREAD_BYTES: Final = 256 * 1024
 #: S3's bounds on a part (every part but the last): 5 MiB to 5 GiB.
 MIN_PART_BYTES: Final = 5 * MIB
 MAX_PART_BYTES: Final = 5 * 1024 * MIB
@@ -117,9 +122,12 @@ class S3StorageConfig:
       (path-style requests); absent for AWS itself.
     - ``prefix``: prepended to every object name; empty or ending with '/'.
     - ``region``: the signing region (default ``us-east-1``).
-    - ``part_size_bytes``: objects larger than this go up as multipart uploads
-      of parts this large (5 MiB to 5 GiB; default 16 MiB); smaller ones in
-      one ``PutObject``. Memory per put: about ``part_size_bytes *
+    - ``single_put_max_bytes``: objects up to this size go up in one
+      ``PutObject`` (default and most 5 GiB, S3's limit), held in memory up to
+      ``part_size_bytes`` and in a temporary file (``$TMPDIR``) beyond;
+      larger ones as multipart uploads.
+    - ``part_size_bytes``: the parts of a multipart upload (5 MiB to 5 GiB;
+      default 16 MiB). Memory per multipart put: about ``part_size_bytes *
       (parts_in_flight + 1)``.
     - ``parts_in_flight``: parts uploaded at once by one put (default 4).
     - ``connect_timeout_s``, ``read_timeout_s``: per request (10 and 60 s).
@@ -130,6 +138,7 @@ class S3StorageConfig:
     prefix: str = ""
     region: str = "us-east-1"
     part_size_bytes: int = 16 * MIB
+    single_put_max_bytes: int = MAX_PART_BYTES
     parts_in_flight: int = 4
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 60.0
@@ -164,11 +173,43 @@ class S3StorageConfig:
                 f"{self.part_size_bytes}: expected {MIN_PART_BYTES} (5 MiB) to "
                 f"{MAX_PART_BYTES} (5 GiB), S3's bounds on a part",
             )
+        if not self.part_size_bytes <= self.single_put_max_bytes <= MAX_PART_BYTES:
+            raise SettingError(
+                "single_put_max_bytes",
+                f"{self.single_put_max_bytes}: expected part_size_bytes "
+                f"({self.part_size_bytes}) to {MAX_PART_BYTES} (5 GiB, S3's largest PutObject)",
+            )
         if not 1 <= self.parts_in_flight <= 64:
             raise SettingError("parts_in_flight", f"{self.parts_in_flight}: expected 1 to 64")
         for field in ("connect_timeout_s", "read_timeout_s"):
             if not getattr(self, field) > 0:
                 raise SettingError(field, f"{getattr(self, field)}: expected a positive duration")
+
+
+async def _spool(spool: IO[bytes], digest: Any, chunk: bytes) -> None:
+    """Hash ``chunk`` and append it to ``spool``, in a worker thread when it is large."""
+
+    def write() -> None:
+        digest.update(chunk)
+        spool.write(chunk)
+
+    if len(chunk) >= THREAD_BYTES:
+        await asyncio.to_thread(write)
+    else:
+        write()
+
+
+def _sign_with_declared_sha256(request: Any, **_: Any) -> None:
+    """botocore ``before-sign`` hook: the SigV4 payload hash is the body's SHA-256 in hex,
+    which every upload here already declares in ``x-amz-checksum-sha256`` (base64).
+
+    botocore would otherwise hash the whole body again, in the event loop, on every
+    request over plain HTTP (its ``S3SigV4Auth.payload``); given the header it
+    signs with it (``canonical_request``), and the server still checks it.
+    """
+    declared = request.headers.get("x-amz-checksum-sha256")
+    if declared and "X-Amz-Content-SHA256" not in request.headers:
+        request.headers["X-Amz-Content-SHA256"] = base64.b64decode(declared).hex()
 
 
 def _b64(hex_digest: str) -> str:
@@ -239,6 +280,7 @@ class S3Storage:
                 "s3", endpoint_url=config.endpoint, region_name=config.region, config=aio_config
             )
         )
+        client.meta.events.register("before-sign.s3", _sign_with_declared_sha256)
         storage = cls(name, config, client, stack)
         try:
             try:
@@ -421,7 +463,7 @@ class S3Storage:
                 return settled
         condition: dict[str, str] = {} if replace else {"IfNoneMatch": "*"}
         outcome: PutOutcome = "replaced" if existing is not None else "created"
-        if size <= self.config.part_size_bytes:
+        if size <= self.config.single_put_max_bytes:
             verified = await self._put_single(name, key, data, size, sha256, condition)
         else:
             verified = await self._put_multipart(name, key, data, size, sha256, condition)
@@ -453,28 +495,32 @@ class S3Storage:
         sha256: str,
         condition: dict[str, str],
     ) -> tuple[ObjectInfo, str] | None:
-        buffer = bytearray()
-        digest = hashlib.sha256()
-        async for chunk in data:
-            if len(buffer) + len(chunk) > size:
-                raise self._mismatch(name, size, sha256, len(buffer) + len(chunk), None)
-            buffer += chunk
-            await hash_chunk(digest, chunk)
-        if len(buffer) != size or digest.hexdigest() != sha256:
-            raise self._mismatch(name, size, sha256, len(buffer), digest.hexdigest())
-        try:
-            answer = await self.client.put_object(
-                Bucket=self.config.bucket,
-                Key=key,
-                Body=bytes(buffer),
-                ContentLength=size,
-                ChecksumSHA256=_b64(sha256),
-                **condition,  # type: ignore[arg-type]
-            )
-        except Exception as exc:
-            if self._status(exc) == 412:
-                return None
-            raise self._error(name, exc, "put") from exc
+        # In memory up to a part's size, then in a temporary file: the body must be
+        # seekable for botocore, and a WARC file does not belong in memory.
+        with tempfile.SpooledTemporaryFile(max_size=self.config.part_size_bytes) as spool:
+            digest = hashlib.sha256()
+            received = 0
+            async for chunk in data:
+                received += len(chunk)
+                if received > size:
+                    raise self._mismatch(name, size, sha256, received, None)
+                await _spool(spool, digest, chunk)
+            if received != size or digest.hexdigest() != sha256:
+                raise self._mismatch(name, size, sha256, received, digest.hexdigest())
+            spool.seek(0)
+            try:
+                answer = await self.client.put_object(
+                    Bucket=self.config.bucket,
+                    Key=key,
+                    Body=spool,
+                    ContentLength=size,
+                    ChecksumSHA256=_b64(sha256),
+                    **condition,  # type: ignore[arg-type]
+                )
+            except Exception as exc:
+                if self._status(exc) == 412:
+                    return None
+                raise self._error(name, exc, "put") from exc
         if _full_sha256(answer.get("ChecksumSHA256")) == sha256:
             info = ObjectInfo(name=name, size=size, mtime=time.time(), sha256=sha256)
             return info, "the server's SHA-256 of the bytes received (x-amz-checksum-sha256)"

@@ -4,8 +4,9 @@
 type of :data:`gateway.storage.STORAGE_TYPES` (a test checks it): a
 :class:`~gateway.storage.local.LocalStorage` in a fresh directory, and an
 :class:`~gateway.storage.s3.S3Storage` on the session's SeaweedFS with a
-fresh key prefix in the bucket ``contract`` and the smallest part size S3
-allows (5 MiB), so that multipart uploads are cheap to reach.
+fresh key prefix in the bucket ``contract``, the smallest part size S3
+allows (5 MiB) and single PUTs up to 8 MiB, so that spooled single PUTs and
+multipart uploads are cheap to reach.
 
 Helpers: :func:`blob` makes deterministic bytes, :func:`sha256_hex` hashes
 them, :func:`chunks` feeds them to ``put`` as an async iterator and
@@ -31,6 +32,8 @@ from tests.storage.seaweedfs import SeaweedFS, run_in_thread
 STORAGE_PARAMS: Final = ("local", "s3")
 BUCKET: Final = "contract"
 PART_BYTES: Final = MIN_PART_BYTES
+#: Objects past this go up as multipart uploads in the suite (5 GiB by default).
+SINGLE_PUT_MAX_BYTES: Final = PART_BYTES + 3 * (1 << 20)
 
 
 def blob(size: int, seed: int = 0) -> bytes:
@@ -69,6 +72,7 @@ async def open_s3(seaweedfs: SeaweedFS, bucket: str, prefix: str | None = None) 
         endpoint=seaweedfs.endpoint,
         prefix=prefix or f"t-{uuid.uuid4().hex}/",
         part_size_bytes=PART_BYTES,
+        single_put_max_bytes=SINGLE_PUT_MAX_BYTES,
     )
     return await S3Storage.open("s3", config)
 

@@ -27,9 +27,13 @@ from tests.storage.conftest import PART_BYTES, STORAGE_PARAMS, blob, chunks, rea
 
 NAME: Final = "gateway-20250301120000-00001.warc.gz"
 SMALL: Final = 300_000
-#: Past the S3 part size: a multipart upload of three parts there.
+#: Past the S3 part size, not past its single-PUT limit: spooled to a file there.
+SPOOLED: Final = PART_BYTES + 1_000_003
+#: Past the S3 single-PUT limit of the suite: a multipart upload of three parts there.
 LARGE: Final = 2 * PART_BYTES + 123_457
-SIZES: Final = pytest.mark.parametrize("size", [SMALL, LARGE], ids=["single", "multipart"])
+SIZES: Final = pytest.mark.parametrize(
+    "size", [SMALL, SPOOLED, LARGE], ids=["single", "spooled", "multipart"]
+)
 
 
 async def leftovers(storage: Storage) -> list[str]:

@@ -41,7 +41,12 @@ from tests.storage.test_contract import leftovers
 REPO: Final = Path(__file__).resolve().parents[2]
 ROUNDS: Final = 8
 SIZE: Final = 2 * PART_BYTES + 300_000  # three parts on S3
+#: Sizes the crash rounds alternate between: a multipart upload and a spooled PUT on S3.
+ROUND_SIZES: Final = (SIZE, PART_BYTES + 1_000_003)
 READY_TIMEOUT_S: Final = 30.0
+#: Kills land at a random moment within this many seconds of the driver's ``ready``:
+#: about the time a put takes there (the driver pauses 5 ms per 256 KiB).
+KILL_WITHIN_S: Final = {"local": 0.3, "s3": 0.8}
 
 
 def _run_driver(args: list[str], delay_s: float, env: dict[str, str]) -> str:
@@ -92,11 +97,12 @@ async def test_sigkill_of_the_uploader_never_leaves_an_incomplete_object(
     try:
         for round_no in range(ROUNDS):
             name = f"round-{round_no:02d}.warc.gz"
-            data = blob(SIZE, seed=round_no)
+            size = ROUND_SIZES[round_no % 2]
+            data = blob(size, seed=round_no)
             output = await asyncio.to_thread(
                 _run_driver,
-                [kind, where, name, str(SIZE), str(round_no)],
-                rng.uniform(0.0, 0.5),
+                [kind, where, name, str(size), str(round_no)],
+                rng.uniform(0.0, KILL_WITHIN_S[kind]),
                 env,
             )
             finished = output.strip().endswith("created")
@@ -106,16 +112,18 @@ async def test_sigkill_of_the_uploader_never_leaves_an_incomplete_object(
                 assert not finished, f"seed {seed}: a put said created, and nothing is there"
                 killed_mid_put += 1
                 continue
-            assert info.size == SIZE, f"seed {seed}, round {round_no}: incomplete object"
+            assert info.size == size, f"seed {seed}, round {round_no}: incomplete object"
             assert await storage.digest(name) == sha256_hex(data), f"seed {seed}: corrupt"
+        print(f"{kind}: {killed_mid_put} of {ROUNDS} kills landed before the put was done")
         assert killed_mid_put >= 2, f"seed {seed}: too few kills landed during a put"
         await storage.remove_leftovers(0)
         assert await leftovers(storage) == []
         # every name can still be completed afterwards
         for round_no in range(ROUNDS):
-            data = blob(SIZE, seed=round_no)
+            size = ROUND_SIZES[round_no % 2]
+            data = blob(size, seed=round_no)
             name = f"round-{round_no:02d}.warc.gz"
-            done = await storage.put(name, chunks(data), size=SIZE, sha256=sha256_hex(data))
+            done = await storage.put(name, chunks(data), size=size, sha256=sha256_hex(data))
             assert done.outcome in ("created", "already_present")
     finally:
         await storage.close()
