@@ -61,7 +61,7 @@ from gateway.app import create_app
 from gateway.clients import SharedClients
 from gateway.config import parse_config
 from tests.sources.redis_support import redis_client
-from tests.storage.seaweedfs import SeaweedFS, SeaweedFSError
+from tests.storage.seaweedfs import SeaweedFS, SeaweedFSError, run_in_thread
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SAMPLE_DIR: Final = REPO_ROOT.parent / "shared" / "data" / "pywb-sample"
@@ -407,10 +407,18 @@ def pywb_wayback(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> 
 @pytest.fixture(scope="session")
 def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     """A real S3 server (``weed server -s3`` on 127.0.0.1), shared by the session."""
-    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
+    yield from run_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+
+
+def run_seaweedfs(workdir: Path, buckets: Sequence[str] = ()) -> Iterator[SeaweedFS]:
+    """Start a SeaweedFS in ``workdir`` with ``buckets``, yield it, stop it (a fixture body)."""
+    server = SeaweedFS(workdir)
     try:
         server.start()
+        for bucket in buckets:
+            run_in_thread(server.create_bucket(bucket))
     except SeaweedFSError as exc:
+        server.stop()
         pytest.fail(str(exc), pytrace=False)
     try:
         yield server

@@ -39,10 +39,16 @@ from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
 
-from gateway.storage.errors import InvalidObjectName, ObjectConflict
+from gateway.storage.errors import (
+    DigestMismatch,
+    InvalidObjectName,
+    ObjectConflict,
+    StorageUnavailable,
+)
 
 __all__ = [
     "MAX_NAME_BYTES",
+    "Intake",
     "ObjectInfo",
     "PutOutcome",
     "PutResult",
@@ -52,6 +58,7 @@ __all__ = [
     "check_sha256",
     "hash_chunk",
     "settle_existing",
+    "settle_taken",
     "sha256_of",
 ]
 
@@ -262,3 +269,58 @@ async def settle_existing(
     if replace:
         return None
     raise ObjectConflict(storage.name, existing.name, existing, found)
+
+
+async def settle_taken(
+    storage: Storage, theirs: ObjectInfo | None, name: str, size: int, sha256: str
+) -> PutResult:
+    """A put's answer when its final step found the name taken by a concurrent put
+    (``theirs``, as it is now): ``already_present`` or :class:`ObjectConflict`."""
+    if theirs is None:
+        raise StorageUnavailable(
+            storage.name, name, "the name was taken, then freed, during the put"
+        )
+    settled = await settle_existing(storage, theirs, size, sha256, replace=False)
+    assert settled is not None  # not replacing: settled or raised
+    return settled
+
+
+class Intake:
+    """What a put has received so far, against what was declared.
+
+    :meth:`count` each chunk as it arrives (more bytes than declared stop the
+    put at once), hash it into :attr:`digest` where the backend likes, and
+    :meth:`check` at the end; both raise :class:`DigestMismatch`.
+    """
+
+    def __init__(self, storage: str, name: str, size: int, sha256: str) -> None:
+        self.storage = storage
+        self.name = name
+        self.size = size
+        self.sha256 = check_sha256(sha256)
+        if size < 0:
+            raise ValueError(f"size {size} is negative")
+        self.digest = hashlib.sha256()
+        self.received = 0
+
+    def _mismatch(self, got: str | None) -> DigestMismatch:
+        return DigestMismatch(
+            self.storage,
+            self.name,
+            expected_size=self.size,
+            expected_sha256=self.sha256,
+            size=self.received,
+            sha256=got,
+        )
+
+    def count(self, chunk: bytes | bytearray) -> None:
+        """Add ``chunk``'s length; raise when it goes past the declared size."""
+        self.received += len(chunk)
+        if self.received > self.size:
+            raise self._mismatch(None)
+
+    def check(self) -> None:
+        """Raise unless exactly the declared size came, with the declared SHA-256."""
+        got = self.digest.hexdigest()
+        if self.received != self.size or got != self.sha256:
+            raise self._mismatch(got)

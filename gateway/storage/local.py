@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hashlib
 import os
 import re
 import secrets
@@ -40,17 +39,17 @@ from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypeVar
 
 from gateway.storage.base import (
+    Intake,
     ObjectInfo,
     PutOutcome,
     PutResult,
     check_name,
-    check_sha256,
     hash_chunk,
     settle_existing,
+    settle_taken,
     sha256_of,
 )
 from gateway.storage.errors import (
-    DigestMismatch,
     ObjectNotFound,
     RangeNotSatisfiable,
     StorageError,
@@ -311,9 +310,7 @@ class LocalStorage:
         sha256: str,
         replace: bool = False,
     ) -> PutResult:
-        check_sha256(sha256)
-        if size < 0:
-            raise ValueError(f"size {size} is negative")
+        Intake(self.name, name, size, sha256)  # checks the arguments before anything else
         final = self._path(name)
         await self._check_root()
         existing = await self._lstat(name)
@@ -334,36 +331,18 @@ class LocalStorage:
         handle = _Handle(fd)
         closed = False
         try:
-            digest = hashlib.sha256()
-            received = 0
+            intake = Intake(self.name, name, size, sha256)
             async for chunk in data:
-                received += len(chunk)
-                if received > size:
-                    raise DigestMismatch(
-                        self.name,
-                        name,
-                        expected_size=size,
-                        expected_sha256=sha256,
-                        size=received,
-                        sha256=None,
-                    )
+                written = intake.received
+                intake.count(chunk)
                 try:  # hash in another thread while the chunk is written
                     await asyncio.gather(
-                        handle.call(_write_all, fd, chunk, received - len(chunk)),
-                        hash_chunk(digest, chunk),
+                        handle.call(_write_all, fd, chunk, written),
+                        hash_chunk(intake.digest, chunk),
                     )
                 except OSError as exc:
                     raise self._error(name, exc, "write") from exc
-            got = digest.hexdigest()
-            if received != size or got != sha256:
-                raise DigestMismatch(
-                    self.name,
-                    name,
-                    expected_size=size,
-                    expected_sha256=sha256,
-                    size=received,
-                    sha256=got,
-                )
+            intake.check()
             try:
                 await handle.call(os.fsync, fd)
             except OSError as exc:
@@ -372,14 +351,7 @@ class LocalStorage:
             handle.close()
             outcome = await self._publish(name, temp, final, existing is not None)
             if outcome is None:  # another put created it first: compare with theirs
-                theirs = await self._lstat(name)
-                if theirs is None:
-                    raise StorageUnavailable(
-                        self.name, name, "the name was taken, then freed, during the put"
-                    )
-                settled = await settle_existing(self, theirs, size, sha256, replace=False)
-                assert settled is not None  # not replacing: settled or raised
-                return settled
+                return await settle_taken(self, await self._lstat(name), name, size, sha256)
             info = await self.stat(name)
             return PutResult(
                 outcome=outcome,

@@ -62,17 +62,17 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Final, Self
 
 from gateway.storage.base import (
+    Intake,
     ObjectInfo,
     PutOutcome,
     PutResult,
     check_name,
-    check_sha256,
     hash_chunk,
     settle_existing,
+    settle_taken,
     sha256_of,
 )
 from gateway.storage.errors import (
-    DigestMismatch,
     ObjectNotFound,
     RangeNotSatisfiable,
     StorageError,
@@ -452,9 +452,7 @@ class S3Storage:
         sha256: str,
         replace: bool = False,
     ) -> PutResult:
-        check_sha256(sha256)
-        if size < 0:
-            raise ValueError(f"size {size} is negative")
+        Intake(self.name, name, size, sha256)  # checks the arguments before anything else
         key = self._key(name)
         existing = await self._head(name)
         if existing is not None:
@@ -468,23 +466,9 @@ class S3Storage:
         else:
             verified = await self._put_multipart(name, key, data, size, sha256, condition)
         if verified is None:  # 412: another put created it first
-            theirs = await self._head(name)
-            if theirs is None:
-                raise StorageUnavailable(
-                    self.name, name, "the name was taken, then freed, during the put"
-                )
-            settled = await settle_existing(self, theirs, size, sha256, replace=False)
-            assert settled is not None  # not replacing: settled or raised
-            return settled
+            return await settle_taken(self, await self._head(name), name, size, sha256)
         info, verified_by = verified
         return PutResult(outcome=outcome, info=info, verified_by=verified_by)
-
-    def _mismatch(
-        self, name: str, size: int, sha256: str, received: int, got: str | None
-    ) -> DigestMismatch:
-        return DigestMismatch(
-            self.name, name, expected_size=size, expected_sha256=sha256, size=received, sha256=got
-        )
 
     async def _put_single(
         self,
@@ -498,15 +482,11 @@ class S3Storage:
         # In memory up to a part's size, then in a temporary file: the body must be
         # seekable for botocore, and a WARC file does not belong in memory.
         with tempfile.SpooledTemporaryFile(max_size=self.config.part_size_bytes) as spool:
-            digest = hashlib.sha256()
-            received = 0
+            intake = Intake(self.name, name, size, sha256)
             async for chunk in data:
-                received += len(chunk)
-                if received > size:
-                    raise self._mismatch(name, size, sha256, received, None)
-                await _spool(spool, digest, chunk)
-            if received != size or digest.hexdigest() != sha256:
-                raise self._mismatch(name, size, sha256, received, digest.hexdigest())
+                intake.count(chunk)
+                await _spool(spool, intake.digest, chunk)
+            intake.check()
             spool.seek(0)
             try:
                 answer = await self.client.put_object(
@@ -616,11 +596,10 @@ class S3Storage:
     ) -> list[CompletedPartTypeDef]:
         """Upload ``data`` as parts (at most ``parts_in_flight`` at once); check its SHA-256."""
         part_size = self.config.part_size_bytes
-        whole = hashlib.sha256()
+        intake = Intake(self.name, name, size, sha256)
         done: dict[int, CompletedPartTypeDef] = {}
         pending: set[asyncio.Task[CompletedPartTypeDef]] = set()
         buffer = bytearray()
-        received = 0
         number = 0
 
         async def upload(number: int, body: bytes) -> CompletedPartTypeDef:
@@ -642,7 +621,7 @@ class S3Storage:
 
         async def send(body: bytes) -> None:
             nonlocal number, pending
-            await hash_chunk(whole, body)
+            await hash_chunk(intake.digest, body)
             while len(pending) >= self.config.parts_in_flight:
                 finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in finished:
@@ -653,9 +632,7 @@ class S3Storage:
 
         try:
             async for chunk in data:
-                received += len(chunk)
-                if received > size:
-                    raise self._mismatch(name, size, sha256, received, None)
+                intake.count(chunk)
                 buffer += chunk
                 while len(buffer) >= part_size:
                     body = bytes(buffer[:part_size])
@@ -672,8 +649,7 @@ class S3Storage:
                 task.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-        if received != size or whole.hexdigest() != sha256:
-            raise self._mismatch(name, size, sha256, received, whole.hexdigest())
+        intake.check()
         return [done[n] for n in sorted(done)]
 
     async def _discard_staging(

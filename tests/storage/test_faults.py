@@ -34,8 +34,9 @@ from gateway.storage import Storage
 from gateway.storage.copier import RetryPolicy, copy_file
 from gateway.storage.errors import ObjectNotFound
 from gateway.storage.local import LocalStorage, LocalStorageConfig
+from tests.conftest import run_seaweedfs
 from tests.storage.conftest import PART_BYTES, blob, chunks, open_s3, sha256_hex
-from tests.storage.seaweedfs import SeaweedFS, SeaweedFSError, run_in_thread
+from tests.storage.seaweedfs import SeaweedFS
 from tests.storage.test_contract import leftovers
 
 REPO: Final = Path(__file__).resolve().parents[2]
@@ -132,16 +133,7 @@ async def test_sigkill_of_the_uploader_never_leaves_an_incomplete_object(
 @pytest.fixture(scope="module")
 def own_seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     """A SeaweedFS of this module's own, which its tests stop and restart."""
-    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs-faults"))
-    try:
-        server.start()
-        run_in_thread(server.create_bucket("faults"))
-    except SeaweedFSError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from run_seaweedfs(tmp_path_factory.mktemp("seaweedfs-faults"), ["faults"])
 
 
 @pytest.mark.timeout(180)
