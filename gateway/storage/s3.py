@@ -108,6 +108,9 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _TRANSIENT_CODES: Final = frozenset(
     {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "BadDigest"}
 )
+#: botocore's loader of service models, shared by the sessions of every S3 storage:
+#: each storage has a session of its own (credentials are read when it opens).
+_data_loader: Any = None
 _REFUSED_CODES: Final = frozenset(
     {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket"}
 )
@@ -256,6 +259,11 @@ class S3Storage:
         from aiobotocore.session import get_session
 
         session = get_session()
+        global _data_loader
+        if _data_loader is None:
+            _data_loader = session.get_component("data_loader")
+        else:  # botocore's service models, parsed once per process (~0.3 s each time)
+            session.register_component("data_loader", _data_loader)
         if await session.get_credentials() is None:
             raise StorageRefused(
                 name,
