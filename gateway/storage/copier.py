@@ -156,7 +156,7 @@ async def _from_source(source: Storage, name: str, size: int) -> AsyncGenerator[
     queue: asyncio.Queue[bytes | StorageError | None] = asyncio.Queue(READ_AHEAD_CHUNKS)
 
     async def read() -> None:
-        stream = source.get_range(name, 0, size)
+        stream = source.get_range(name)  # whole: a longer source is corrupt too
         try:
             async for chunk in stream:
                 await queue.put(chunk)

@@ -174,6 +174,7 @@ async def test_range_reads(storage: Storage) -> None:
         assert await read_all(storage, NAME, offset, length) == data[offset : offset + length]
     assert await read_all(storage, NAME, 2_000_000) == data[2_000_000:]
     assert await read_all(storage, NAME, len(data), 0) == b""
+    assert await read_all(storage, NAME, len(data)) == b""
     pieces = [chunk async for chunk in storage.get_range(NAME)]
     assert max(map(len, pieces)) <= 1 << 20
     with pytest.raises(RangeNotSatisfiable):

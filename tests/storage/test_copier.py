@@ -106,6 +106,10 @@ async def test_source_corrupt_is_not_copied(source: LocalStorage, storage: Stora
         await storage.stat(NAME)
     short = await copy_file(source, storage, NAME, size=SIZE + 1, sha256=sha256_hex(data))
     assert short.outcome == "source_corrupt"
+    prefix = bytes(flipped[: SIZE - 1])  # a source longer than its record is corrupt too
+    longer = await copy_file(source, storage, NAME, size=SIZE - 1, sha256=sha256_hex(prefix))
+    assert longer.outcome == "source_corrupt"
+    assert "more than the declared" in longer.detail
     with pytest.raises(ObjectNotFound):
         await storage.stat(NAME)
 
