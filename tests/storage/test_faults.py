@@ -117,6 +117,10 @@ async def test_sigkill_of_the_uploader_never_leaves_an_incomplete_object(
             assert await storage.digest(name) == sha256_hex(data), f"seed {seed}: corrupt"
         print(f"{kind}: {killed_mid_put} of {ROUNDS} kills landed before the put was done")
         assert killed_mid_put >= 2, f"seed {seed}: too few kills landed during a put"
+        # a listing shows whole objects only, never what a killed put left
+        names = {f"round-{n:02d}.warc.gz": ROUND_SIZES[n % 2] for n in range(ROUNDS)}
+        async for info in storage.iter():
+            assert names.get(info.name) == info.size, f"seed {seed}: listed {info}"
         await storage.remove_leftovers(0)
         assert await leftovers(storage) == []
         # every name can still be completed afterwards
