@@ -189,6 +189,7 @@ class SeaweedFS:
             f"-master.port={p['master']}",
             f"-master.port.grpc={p['master_grpc']}",
             "-master.telemetry=false",
+            "-master.electionTimeout=1s",
             "-master.volumeSizeLimitMB=256",
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={p['volume_grpc']}",
