@@ -186,6 +186,11 @@ class StorageFactory(Protocol):
         """Open the storage named ``name``; raises :class:`~gateway.storage.errors.StorageError`."""
         ...
 
+    @classmethod
+    def describe_config(cls, config: Any) -> str:
+        """What :meth:`Storage.describe` will say, from the config alone (nothing opened)."""
+        ...
+
 
 def check_name(storage: str, name: str) -> str:
     """Return ``name`` if it can name an object, else raise :class:`InvalidObjectName`.

@@ -187,8 +187,12 @@ class LocalStorage:
         await storage._check_root()
         return storage
 
+    @classmethod
+    def describe_config(cls, config: LocalStorageConfig) -> str:
+        return f"local directory {Path(config.path).absolute()}"
+
     def describe(self) -> str:
-        return f"local directory {self.root}"
+        return self.describe_config(self.config)
 
     async def close(self) -> None:
         return None

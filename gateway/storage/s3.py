@@ -306,12 +306,13 @@ class S3Storage:
             raise
         return storage
 
+    @classmethod
+    def describe_config(cls, config: S3StorageConfig) -> str:
+        where = config.endpoint or "AWS"
+        return f"S3 bucket {config.bucket!r}, prefix {config.prefix!r} at {where} ({config.region})"
+
     def describe(self) -> str:
-        where = self.config.endpoint or "AWS"
-        return (
-            f"S3 bucket {self.config.bucket!r}, prefix {self.config.prefix!r} at {where} "
-            f"({self.config.region})"
-        )
+        return self.describe_config(self.config)
 
     async def close(self) -> None:
         await self._stack.aclose()

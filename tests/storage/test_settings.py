@@ -3,8 +3,11 @@ settings, every mistake a ConfigError naming its YAML path."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from gateway.cli import main
 from gateway.config import parse_config
 from gateway.errors import ConfigError
 from gateway.storage.local import LocalStorageConfig
@@ -108,3 +111,15 @@ def test_mistakes_name_their_yaml_path(store_yaml: str, path: str, message: str)
 def test_store_settings_refuse_a_policy_they_cannot_hold() -> None:
     with pytest.raises(SettingError, match="copies"):
         StoreSettings(retention=RetentionPolicy(copies=2))
+
+
+def test_check_config_lists_the_storages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "collections.yaml"
+    config.write_text(ISSUE_EXAMPLE + "collections: {stored: $store}\n", "utf-8")
+    assert main(["check-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "store storages (retention: 2 copies, the primary included)" in out
+    assert "  backup: local directory /mnt/backup/warcs" in out
+    assert "  s3: S3 bucket 'warcs', prefix 'gateway/' at http://127.0.0.1:8333 (us-east-1)" in out
