@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from contextlib import AsyncExitStack
 
     from types_aiobotocore_s3 import S3Client
-    from types_aiobotocore_s3.type_defs import CompletedPartTypeDef
+    from types_aiobotocore_s3.type_defs import CompletedPartTypeDef, HeadObjectOutputTypeDef
 
 __all__ = ["STAGING_DIR", "S3Storage", "S3StorageConfig"]
 
@@ -213,6 +213,16 @@ def _sign_with_declared_sha256(request: Any, **_: Any) -> None:
     declared = request.headers.get("x-amz-checksum-sha256")
     if declared and "X-Amz-Content-SHA256" not in request.headers:
         request.headers["X-Amz-Content-SHA256"] = base64.b64decode(declared).hex()
+
+
+def _info(name: str, head: HeadObjectOutputTypeDef) -> ObjectInfo:
+    """An object as a ``HeadObject`` answer (with ``ChecksumMode``) describes it."""
+    return ObjectInfo(
+        name=name,
+        size=head["ContentLength"],
+        mtime=head["LastModified"].timestamp(),
+        sha256=_full_sha256(head.get("ChecksumSHA256")),
+    )
 
 
 def _b64(hex_digest: str) -> str:
@@ -375,12 +385,7 @@ class S3Storage:
             if isinstance(error, ObjectNotFound):
                 return None
             raise error from exc
-        return ObjectInfo(
-            name=name,
-            size=head["ContentLength"],
-            mtime=head["LastModified"].timestamp(),
-            sha256=_full_sha256(head.get("ChecksumSHA256")),
-        )
+        return _info(name, head)
 
     async def stat(self, name: str) -> ObjectInfo:
         info = await self._head(name)
@@ -591,8 +596,11 @@ class S3Storage:
                 if self._status(exc) == 412:
                     return None
                 raise self._error(name, exc, "copy the staging object to its name") from exc
-            info = await self.stat(name)
-            head = await self.client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            try:
+                head = await self.client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            except Exception as exc:
+                raise self._error(name, exc, "head the copied object") from exc
+            info = _info(name, head)
             if head.get("ChecksumSHA256") == composite_b64 and info.size == size:
                 return info, (
                     f"the server's SHA-256 of each of {len(parts)} parts, and the composite "
