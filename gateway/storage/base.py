@@ -37,17 +37,19 @@ import hashlib
 import re
 from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Final, Literal, Protocol, cast, runtime_checkable
 
 from gateway.storage.errors import (
     DigestMismatch,
     InvalidObjectName,
     ObjectConflict,
+    ObjectNotFound,
     StorageUnavailable,
 )
 
 __all__ = [
     "MAX_NAME_BYTES",
+    "Backend",
     "Intake",
     "ObjectInfo",
     "PutOutcome",
@@ -55,6 +57,7 @@ __all__ = [
     "Storage",
     "StorageFactory",
     "check_name",
+    "check_range",
     "check_sha256",
     "hash_chunk",
     "settle_existing",
@@ -329,3 +332,60 @@ class Intake:
         got = self.digest.hexdigest()
         if self.received != self.size or got != self.sha256:
             raise self._mismatch(got)
+
+
+def check_range(offset: int, length: int | None) -> None:
+    """Raise ValueError for a negative ``offset`` or ``length``."""
+    if offset < 0 or (length is not None and length < 0):
+        raise ValueError(f"offset {offset} and length {length} must not be negative")
+
+
+class Backend:
+    """What every backend does the same way, over its own ``_lookup`` (the object, or
+    None when it is missing) and ``_create`` (write new bytes under a name).
+
+    :meth:`put` checks its arguments, compares an object already under the name
+    (:func:`settle_existing`) and only then calls ``_create``, with
+    ``replacing=True`` when an object with other bytes is to be replaced.
+    """
+
+    name: str
+
+    async def _lookup(self, name: str) -> ObjectInfo | None:
+        raise NotImplementedError
+
+    async def _create(
+        self, name: str, data: AsyncIterable[bytes], size: int, sha256: str, replacing: bool
+    ) -> PutResult:
+        raise NotImplementedError
+
+    async def put(
+        self,
+        name: str,
+        data: AsyncIterable[bytes],
+        *,
+        size: int,
+        sha256: str,
+        replace: bool = False,
+    ) -> PutResult:
+        """See :meth:`Storage.put`."""
+        Intake(self.name, check_name(self.name, name), size, sha256)  # the arguments, first
+        existing = await self._lookup(name)
+        if existing is not None:
+            settled = await settle_existing(
+                cast(Storage, self), existing, size, sha256, replace=replace
+            )
+            if settled is not None:
+                return settled
+        return await self._create(name, data, size, sha256, existing is not None)
+
+    async def stat(self, name: str) -> ObjectInfo:
+        """The object under ``name``; raises :class:`ObjectNotFound`."""
+        info = await self._lookup(name)
+        if info is None:
+            raise ObjectNotFound(self.name, name, "no such object")
+        return info
+
+    async def digest(self, name: str) -> str:
+        """Read the object back whole and return its SHA-256 (hex)."""
+        return await sha256_of(cast(Storage, self), name)

@@ -39,14 +39,14 @@ from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypeVar
 
 from gateway.storage.base import (
+    Backend,
     Intake,
     ObjectInfo,
     PutOutcome,
     PutResult,
     check_name,
-    settle_existing,
+    check_range,
     settle_taken,
-    sha256_of,
 )
 from gateway.storage.errors import (
     ObjectNotFound,
@@ -168,7 +168,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class LocalStorage:
+class LocalStorage(Backend):
     """Objects as files under one existing directory (see the module docstring)."""
 
     config_type: ClassVar[type[LocalStorageConfig]] = LocalStorageConfig
@@ -225,7 +225,7 @@ class LocalStorage:
     def _path(self, name: str) -> Path:
         return self.root / check_name(self.name, name)
 
-    async def _lstat(self, name: str) -> ObjectInfo | None:
+    async def _lookup(self, name: str) -> ObjectInfo | None:
         path = self._path(name)
         try:
             st = await asyncio.wrap_future(_io().submit(os.lstat, path))
@@ -238,20 +238,10 @@ class LocalStorage:
         return ObjectInfo(name=name, size=st.st_size, mtime=st.st_mtime)
 
     # -- reading ----------------------------------------------------------------------
-    async def stat(self, name: str) -> ObjectInfo:
-        info = await self._lstat(name)
-        if info is None:
-            raise ObjectNotFound(self.name, name, "no such object")
-        return info
-
-    async def digest(self, name: str) -> str:
-        return await sha256_of(self, name)
-
     async def get_range(
         self, name: str, offset: int = 0, length: int | None = None
     ) -> AsyncGenerator[bytes, None]:
-        if offset < 0 or (length is not None and length < 0):
-            raise ValueError(f"offset {offset} and length {length} must not be negative")
+        check_range(offset, length)
         path = self._path(name)
         try:
             fd = await asyncio.wrap_future(
@@ -308,23 +298,11 @@ class LocalStorage:
                 walker.close()
 
     # -- writing ----------------------------------------------------------------------
-    async def put(
-        self,
-        name: str,
-        data: AsyncIterable[bytes],
-        *,
-        size: int,
-        sha256: str,
-        replace: bool = False,
+    async def _create(
+        self, name: str, data: AsyncIterable[bytes], size: int, sha256: str, replacing: bool
     ) -> PutResult:
-        Intake(self.name, name, size, sha256)  # checks the arguments before anything else
         final = self._path(name)
         await self._check_root()
-        existing = await self._lstat(name)
-        if existing is not None:
-            settled = await settle_existing(self, existing, size, sha256, replace=replace)
-            if settled is not None:
-                return settled
         try:
             await asyncio.wrap_future(_io().submit(self._make_parents, final.parent))
             temp = final.parent / f".{final.name}.{secrets.token_hex(16)}{TEMP_SUFFIX}"
@@ -353,9 +331,9 @@ class LocalStorage:
                 raise self._error(name, exc, "fsync") from exc
             closed = True
             handle.close()
-            outcome = await self._publish(name, temp, final, existing is not None)
+            outcome = await self._publish(name, temp, final, replacing)
             if outcome is None:  # another put created it first: compare with theirs
-                return await settle_taken(self, await self._lstat(name), name, size, sha256)
+                return await settle_taken(self, await self._lookup(name), name, size, sha256)
             info = await self.stat(name)
             return PutResult(
                 outcome=outcome,

@@ -62,13 +62,14 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Final, Self
 
 from gateway.storage.base import (
+    Backend,
     Intake,
     ObjectInfo,
     PutOutcome,
     PutResult,
     check_name,
+    check_range,
     hash_chunk,
-    settle_existing,
     settle_taken,
     sha256_of,
 )
@@ -240,7 +241,7 @@ def _full_sha256(checksum: str | None) -> str | None:
     return raw.hex() if len(raw) == 32 else None
 
 
-class S3Storage:
+class S3Storage(Backend):
     """Objects under a key prefix of one bucket (see the module docstring)."""
 
     config_type: ClassVar[type[S3StorageConfig]] = S3StorageConfig
@@ -374,7 +375,7 @@ class S3Storage:
         return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
     # -- reading ----------------------------------------------------------------------
-    async def _head(self, name: str) -> ObjectInfo | None:
+    async def _lookup(self, name: str) -> ObjectInfo | None:
         key = self._key(name)
         try:
             head = await self.client.head_object(
@@ -387,20 +388,10 @@ class S3Storage:
             raise error from exc
         return _info(name, head)
 
-    async def stat(self, name: str) -> ObjectInfo:
-        info = await self._head(name)
-        if info is None:
-            raise ObjectNotFound(self.name, name, "no such object")
-        return info
-
-    async def digest(self, name: str) -> str:
-        return await sha256_of(self, name)
-
     async def get_range(
         self, name: str, offset: int = 0, length: int | None = None
     ) -> AsyncGenerator[bytes, None]:
-        if offset < 0 or (length is not None and length < 0):
-            raise ValueError(f"offset {offset} and length {length} must not be negative")
+        check_range(offset, length)
         if length == 0:
             info = await self.stat(name)
             if offset > info.size:
@@ -467,30 +458,18 @@ class S3Storage:
             raise self._error(prefix, exc, "list") from exc
 
     # -- writing ----------------------------------------------------------------------
-    async def put(
-        self,
-        name: str,
-        data: AsyncIterable[bytes],
-        *,
-        size: int,
-        sha256: str,
-        replace: bool = False,
+    async def _create(
+        self, name: str, data: AsyncIterable[bytes], size: int, sha256: str, replacing: bool
     ) -> PutResult:
-        Intake(self.name, name, size, sha256)  # checks the arguments before anything else
         key = self._key(name)
-        existing = await self._head(name)
-        if existing is not None:
-            settled = await settle_existing(self, existing, size, sha256, replace=replace)
-            if settled is not None:
-                return settled
-        condition: dict[str, str] = {} if replace else {"IfNoneMatch": "*"}
-        outcome: PutOutcome = "replaced" if existing is not None else "created"
+        condition: dict[str, str] = {} if replacing else {"IfNoneMatch": "*"}
+        outcome: PutOutcome = "replaced" if replacing else "created"
         if size <= self.config.single_put_max_bytes:
             verified = await self._put_single(name, key, data, size, sha256, condition)
         else:
             verified = await self._put_multipart(name, key, data, size, sha256, condition)
         if verified is None:  # 412: another put created it first
-            return await settle_taken(self, await self._head(name), name, size, sha256)
+            return await settle_taken(self, await self._lookup(name), name, size, sha256)
         info, verified_by = verified
         return PutResult(outcome=outcome, info=info, verified_by=verified_by)
 
