@@ -168,12 +168,19 @@ class SeaweedFS:
             except SeaweedFSError as exc:
                 failure = str(exc)
                 self.stop()
+            except BaseException:  # a test timeout, ^C: never leave the server running
+                self.stop()
+                raise
         raise SeaweedFSError(f"weed did not start in {_START_ATTEMPTS} attempts:\n{failure}")
 
     def restart(self) -> None:
         """Start again after :meth:`kill`, on the same ports and data (objects kept)."""
         self._spawn(self.data_dir, self.workdir / "s3.json", new_ports=False)
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def _spawn(self, data: Path, config_path: Path, *, new_ports: bool) -> None:
         names = ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3")
