@@ -158,7 +158,20 @@ def _check_config(args: argparse.Namespace) -> int:
                 print("    resource: (none: captures load only through their own source)")
             for loader in step.loaders:
                 print(f"    resource: {loader.describe()}")
+    _print_storages(config)
     return 0
+
+
+def _print_storages(config: GatewayConfig) -> None:
+    """The store's replication destinations and policy (``store.storages``, ``retention``)."""
+    from gateway.storage import STORAGE_TYPES
+
+    store = config.store
+    if not store.storages:
+        return
+    print(f"store storages (retention: {store.retention.copies} copies, the primary included)")
+    for name, spec in store.storages.items():
+        print(f"  {name}: {STORAGE_TYPES[spec.type].describe_config(spec.config)}")
 
 
 def _index(args: argparse.Namespace) -> int:
