@@ -15,11 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import asyncio
 
+    from gateway.aggregate import Collection
+    from gateway.clients import SharedClients
     from gateway.config import GatewayConfig
 
 __all__ = ["main"]
@@ -48,11 +50,10 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
-    from aiohttp import web
-
-    from gateway.app import build_collections, create_app
+    from gateway.app import build_collections
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
+    from gateway.workers import store_conflict
 
     try:
         config = _load(args.config)
@@ -61,24 +62,78 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
+    conflict = store_conflict(config, args.workers)
+    if conflict is not None:
+        print(f"gateway: {conflict}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    names = ", ".join(collections) or "(no collections)"
+    if args.workers == 1:
+        print(f"gateway: serving {names} on http://{args.host}:{args.port}/", file=sys.stderr)
+        _run_app(config, collections, clients, host=args.host, port=args.port)
+        return 0
+    return _serve_workers(args, config, names)
+
+
+def _run_app(
+    config: GatewayConfig,
+    collections: dict[str, Collection],
+    clients: SharedClients,
+    **where: Any,
+) -> None:
+    """Serve ``config`` in this process until SIGINT/SIGTERM; ``where``: host/port or sock."""
+    from aiohttp import web
+
+    from gateway.app import create_app
+
     app = create_app(config, collections=collections, clients=clients)
     app.on_startup.append(_freeze_heap)
-    print(
-        f"gateway: serving {', '.join(collections) or '(no collections)'} "
-        f"on http://{args.host}:{args.port}/",
-        file=sys.stderr,
-    )
+    parent = where.pop("parent", None)
+    if parent is not None:
+        from gateway.workers import watch_parent
+
+        watch_parent(app, parent)
     web.run_app(
         app,
-        host=args.host,
-        port=args.port,
         handler_cancellation=True,
         access_log=None,
         print=None,
         loop=_new_loop(),
+        **where,
     )
-    return 0
+
+
+def _serve_workers(args: argparse.Namespace, config: GatewayConfig, names: str) -> int:
+    """``--workers N``: bind once, then N processes serve (see :mod:`gateway.workers`)."""
+    import socket
+
+    from gateway.app import build_collections
+    from gateway.clients import SharedClients
+    from gateway.workers import Supervisor
+
+    try:
+        family = socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.create_server((args.host, args.port), family=family, backlog=1024)
+    except OSError as exc:
+        print(
+            f"gateway: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 1
+
+    def serve(sock: socket.socket, index: int, parent: int) -> None:
+        clients = SharedClients(config.client)
+        _run_app(config, build_collections(config, clients), clients, sock=sock, parent=parent)
+
+    print(
+        f"gateway: serving {names} on http://{args.host}:{args.port}/ "
+        f"with {args.workers} worker processes",
+        file=sys.stderr,
+    )
+    try:
+        return Supervisor(sock, args.workers, serve).run()
+    finally:
+        sock.close()
 
 
 async def _freeze_heap(app: object) -> None:
@@ -144,6 +199,15 @@ def _index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workers_arg(text: str) -> int:
+    from gateway.workers import parse_workers
+
+    try:
+        return parse_workers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gateway", description="Web-archive gateway: Index, Resource and Memento APIs."
@@ -154,6 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", default=DEFAULT_CONFIG, help="collections.yaml to serve")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
+    serve.add_argument(
+        "--workers",
+        type=_workers_arg,
+        default=1,
+        metavar="N",
+        help="processes serving the port, each with its own event loop: a number, or "
+        "'auto' for one per core (default 1; a config using the store needs 1)",
+    )
     serve.set_defaults(run=_serve)
 
     check = sub.add_parser("check-config", help="validate a config and print its tree")
