@@ -55,6 +55,13 @@ def _serve_argv(config: Path, *options: str) -> list[str]:
     return [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), *options]
 
 
+def _run_serve(config: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``gateway serve`` expected to exit at once (a refusal): its status and output."""
+    return subprocess.run(
+        _serve_argv(config, *options), capture_output=True, text=True, timeout=WAIT_S, check=False
+    )
+
+
 def _get(port: int, path: str) -> tuple[int, bytes]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
         return answer.status, answer.read()
@@ -170,14 +177,7 @@ def test_workers_stop_themselves_when_the_supervisor_is_killed(serve: _Gateway) 
 def test_a_config_using_the_store_needs_one_worker(tmp_path: Path) -> None:
     config = tmp_path / "collections.yaml"
     config.write_text(f"store:\n  root: {tmp_path}/archive\ncollections:\n  s: $store\n")
-    port = free_port()
-    done = subprocess.run(
-        _serve_argv(config, "--port", str(port), "--workers", "2"),
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    done = _run_serve(config, "--port", str(free_port()), "--workers", "2")
     assert done.returncode == 2
     assert "--workers 2: this config uses the snapshot store" in done.stderr
     assert "--workers 1" in done.stderr
@@ -186,13 +186,7 @@ def test_a_config_using_the_store_needs_one_worker(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["0", "-1", "many"])
 def test_a_bad_workers_value_is_a_usage_error(config: Path, value: str) -> None:
-    done = subprocess.run(
-        _serve_argv(config, "--workers", value),
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    done = _run_serve(config, "--workers", value)
     assert done.returncode == 2
     assert "--workers" in done.stderr
     assert "expected" in done.stderr
@@ -203,13 +197,7 @@ def test_a_busy_port_is_one_clear_error(config: Path) -> None:
 
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        done = subprocess.run(
-            _serve_argv(config, "--port", str(port), "--workers", "2"),
-            capture_output=True,
-            text=True,
-            timeout=WAIT_S,
-            check=False,
-        )
+        done = _run_serve(config, "--port", str(port), "--workers", "2")
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr

@@ -31,23 +31,14 @@ REVISIT = {"url": "http://www.iana.org/", "closest": "20140127171238"}  # served
 
 
 @pytest.fixture
-def gzip_yaml(sample_dir: Path) -> str:
+def gzip_yaml(sample_yaml: str, sample_dir: Path) -> str:
+    """The sample collections, plus an ARC file and an uncompressed WARC file."""
     s = sample_dir
-    return f"""
-collections:
-  iana:
-    index: {s}/cdxj/iana.cdxj
-    resource: {s}/warcs/
-  pywb:
-    index: {s}/cdxj/
-    resource: {s}/warcs/
-  arc:
-    index: {s}/cdx/example-arc-test.cdx
-    resource: {s}/warcs/
-  plain:
-    index: {s}/cdx/example-extra.cdx
-    resource: {s}/warcs/
-"""
+    return (
+        sample_yaml
+        + f"  arc:\n    index: {s}/cdx/example-arc-test.cdx\n    resource: {s}/warcs/\n"
+        + f"  plain:\n    index: {s}/cdx/example-extra.cdx\n    resource: {s}/warcs/\n"
+    )
 
 
 def _stored_member(sample_dir: Path, cdx_header: str) -> bytes:
