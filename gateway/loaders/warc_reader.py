@@ -62,6 +62,8 @@ _GZIP_MAGIC: Final = b"\x1f\x8b"
 _INFLATE_OUT_BYTES: Final = 256 * 1024
 #: First piece inflated for the header blocks of a record read by workers.
 _HEADER_PROBE_BYTES: Final = 16 * 1024
+#: Compressed bytes fed to the inflater for that first piece (more follow when needed).
+_HEADER_PROBE_INPUT_BYTES: Final = 4 * 1024
 #: Header blocks larger than this (decompressed) are not a record we can serve.
 _MAX_HEADER_BYTES: Final = 4 * 1024 * 1024
 _HTTP_SCHEMES: Final = ("http://", "https://")
@@ -629,7 +631,16 @@ async def _parse(
     # a first piece here, for the header blocks; the rest is inflated (by
     # workers for a long record) as the body streams, if it is iterated.
     step = _HEADER_PROBE_BYTES if offload or gzip_member else _INFLATE_OUT_BYTES
-    window.buf = decoder.decode(first, step)
+    if step == _HEADER_PROBE_BYTES and gzipped:
+        # Feed the inflater only the start of the member: ISA-L asked for at
+        # most ``step`` bytes out of the whole input still does most of the
+        # work of inflating it (measured: 1.7M instructions for a 117 KB member).
+        window.buf = decoder.decode(first[:_HEADER_PROBE_INPUT_BYTES], step)
+        if not decoder.done:
+            rest = first[_HEADER_PROBE_INPUT_BYTES:]
+            decoder.tail = decoder.tail + rest if decoder.tail else rest
+    else:
+        window.buf = decoder.decode(first, step)
     exhausted = False
     while True:
         window.pos = 0
