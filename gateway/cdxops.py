@@ -310,16 +310,17 @@ class RecordList:
 
 class ResumedScan:
     """An async iterator over records already taken from a :func:`process_scan`
-    generator, then the rest of that generator (awaiting a turn of the event
-    loop at its checkpoints). ``aclose`` closes the generator."""
+    generator, then the rest of that generator as a :class:`LocalScan`
+    (awaiting a turn of the event loop at its checkpoints). ``aclose``
+    closes the generator."""
 
-    __slots__ = ("_scan", "_taken")
+    __slots__ = ("_rest", "_taken")
 
     def __init__(
         self, taken: list[CdxRecord], scan: Generator[CdxRecord | None, None, None]
     ) -> None:
         self._taken: Iterator[CdxRecord] = iter(taken)
-        self._scan = scan
+        self._rest = LocalScan(scan)
 
     def __aiter__(self) -> ResumedScan:
         return self
@@ -328,16 +329,8 @@ class ResumedScan:
         record = next(self._taken, None)
         if record is not None:
             return record
-        for record in self._scan:
-            if record is not None:
-                return record
-            try:
-                await asyncio.sleep(0)
-            except BaseException:  # cancelled at a checkpoint: release what the scan holds
-                self._scan.close()
-                raise
-        raise StopAsyncIteration
+        return await self._rest.__anext__()
 
     async def aclose(self) -> None:
         self._taken = iter(())
-        self._scan.close()
+        self._rest.close()
