@@ -28,7 +28,8 @@
         └── SelfRedirect                   ... a 3xx capture redirects to itself
 
 The snapshot store's own branch (``StoreError``) lives in
-:mod:`gateway.store.errors`.
+:mod:`gateway.store.errors`, the storage backends' (``StorageError``) in
+:mod:`gateway.storage.errors`.
 
 The route wrapper every handler is registered through
 (:func:`gateway.app.api_route`) renders any of them as

@@ -39,12 +39,12 @@ from gateway.errors import ConfigError
 from gateway.progress import add_progress_argument
 from gateway.store.errors import StoreError, StoreLocked
 from gateway.store.layout import DEFAULT_ROOT
-from gateway.store.settings import StoreSettings
 
 if TYPE_CHECKING:
     from gateway.jobs.db import JobObject
     from gateway.jobs.settings import JobsSettings
     from gateway.progress import Bar
+    from gateway.store.settings import StoreSettings
 
 # The commands import the store itself when they run (warcio, SQLite and
 # the writer are not needed to print ``--help``).
@@ -52,13 +52,14 @@ if TYPE_CHECKING:
 __all__ = ["SettingsLoader", "add_store_commands", "add_subcommands", "main"]
 
 #: ``loader(config_path) -> StoreSettings``: reads the ``store:`` section.
-SettingsLoader = Callable[[str], StoreSettings]
+SettingsLoader = Callable[[str], "StoreSettings"]
 
 _TS = re.compile(r"\d{1,14}")
 
 
 def _default_loader(path: str) -> StoreSettings:
     from gateway.config import load_config  # the only YAML reader
+    from gateway.store.settings import StoreSettings
 
     config = load_config(path)
     settings = getattr(config, "store", None)
@@ -71,6 +72,8 @@ def _settings(args: argparse.Namespace) -> StoreSettings:
     if args.config:
         loader: SettingsLoader = args.settings_loader or _default_loader
         return loader(args.config)
+    from gateway.store.settings import StoreSettings  # (with the storages' settings)
+
     return StoreSettings(root=args.root)
 
 
