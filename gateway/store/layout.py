@@ -6,6 +6,8 @@
                                  collection of the default config reads)
       store.lock                 flock: see "Locks" below
       writer.lock                flock: held by the one process writing WARC files
+      jobs.lock                  flock: the serving process that runs the background
+                                 jobs (gateway.jobs; workers run theirs anyway)
       index.sqlite3              the capture and file index (WAL mode; -wal, -shm)
       warcs/                     the store's WARC files, in the layout of each row's
                                  ``fs_version``; CDX ``filename`` values are their names

@@ -18,10 +18,12 @@ Example::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, get_args
 
+from gateway.storage.settings import RetentionPolicy, StorageSpec, check_retention
 from gateway.store.layout import DEFAULT_ROOT
 
 __all__ = ["DEDUP_POLICIES", "FSYNC_POLICIES", "DedupPolicy", "FsyncPolicy", "StoreSettings"]
@@ -69,6 +71,11 @@ class StoreSettings:
       :meth:`Store.record <gateway.store.store.Store.record>` waits for room.
     - ``max_batch_captures``: captures written between two fsyncs at most
       (group commit).
+    - ``storages``: named replication destinations (``store.storages``,
+      :class:`~gateway.storage.settings.StorageSpec` by name, config order).
+    - ``retention``: how many copies make a file safe (``store.retention``,
+      :class:`~gateway.storage.settings.RetentionPolicy`); it may not ask
+      for more copies than the primary and ``storages`` hold.
     """
 
     root: str = DEFAULT_ROOT
@@ -79,6 +86,8 @@ class StoreSettings:
     dedup_min_payload_bytes: int = 1
     max_queued_captures: int = 256
     max_batch_captures: int = 64
+    storages: Mapping[str, StorageSpec] = field(default_factory=dict)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     def __post_init__(self) -> None:
         if not self.root:
@@ -100,6 +109,7 @@ class StoreSettings:
             raise ValueError(f"max_queued_captures: {self.max_queued_captures} is below 1")
         if self.max_batch_captures < 1:
             raise ValueError(f"max_batch_captures: {self.max_batch_captures} is below 1")
+        check_retention(self.retention, self.storages)
 
     @property
     def root_path(self) -> Path:

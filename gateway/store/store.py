@@ -63,11 +63,6 @@ logger = logging.getLogger(__name__)
 
 _SYNCHRONOUS: Final = {"always": "FULL", "close": "NORMAL", "never": "OFF"}
 
-#: How long :meth:`Store.locate` keeps an answer (seconds of the event loop's clock).
-PLACES_KEPT_S: Final = 2.0
-#: How many answers it keeps at most (then it starts afresh).
-_PLACES_KEPT: Final = 4096
-
 
 class Store:
     """An open snapshot store; create with :meth:`open`, release with :meth:`close`."""
@@ -89,8 +84,6 @@ class Store:
         self.reader = StoreReader(layout.db_path)
         self._writer = writer
         self._closed = False
-        #: CDX filename -> (until, places): what :meth:`locate` answered lately.
-        self._places: dict[str, tuple[float, list[Path]]] = {}
 
     @property
     def mode(self) -> StoreMode:
@@ -212,32 +205,21 @@ class Store:
         them. A ``.open`` name of a file closed since the lookup is also
         tried under its closed name (the same bytes at the same offsets). A
         name the index does not know is looked for in ``warcs/`` itself.
-
-        Reads the file's row at once, without a worker thread, and keeps the
-        answer for :data:`PLACES_KEPT_S` (a record load locates its file every
-        time): a file moved since then is found at the second place tried.
-        Raises :class:`StoreError` on index failures or for a layout this
-        release does not know.
+        Reads the file's row at once, without a worker thread. Raises
+        :class:`StoreError` on index failures or for a layout this release
+        does not know.
         """
         self._check_open()
-        now = asyncio.get_running_loop().time()
-        kept = self._places.get(filename)
-        if kept is not None and kept[0] > now:
-            return list(kept[1])
         name = filename.removesuffix(OPEN_SUFFIX)
         file = self.reader.file_row(name)
         if file is None:
-            places = [self.layout.warcs / filename]
-        elif name == filename:
-            places = self.layout.candidates(file)
-        else:
-            places = self.layout.candidates(file, open_=True)
-            if not file.open:
-                places.extend(self.layout.candidates(file))
-        if len(self._places) >= _PLACES_KEPT:
-            self._places.clear()
-        self._places[filename] = (now + PLACES_KEPT_S, places)
-        return list(places)
+            return [self.layout.warcs / filename]
+        if name == filename:
+            return self.layout.candidates(file)
+        places = self.layout.candidates(file, open_=True)
+        if not file.open:
+            places.extend(self.layout.candidates(file))
+        return places
 
     # --------------------------------------------------------------- recording
     async def submit(self, capture: CaptureInput) -> asyncio.Future[CaptureAck]:
