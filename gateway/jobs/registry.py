@@ -11,6 +11,7 @@ from typing import Final
 
 from gateway.jobs.actors import ActorType
 from gateway.jobs.model import ObjectType
+from gateway.store.migrate_actor import MigrateActor
 from gateway.store.online_import import ImportActor
 from gateway.store.scrub import ScrubActor
 
@@ -19,6 +20,7 @@ __all__ = ["ACTOR_TYPES", "builtin_object_types", "object_types_of"]
 ACTOR_TYPES: Final[Mapping[str, type[ActorType]]] = {
     "import": ImportActor,
     "scrub": ScrubActor,
+    "migrate": MigrateActor,
 }
 
 

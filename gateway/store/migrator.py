@@ -39,7 +39,13 @@ from gateway.store.migrations import Mover, MoveResult, migrate_file
 from gateway.store.reconcile import reconcile_entry
 from gateway.store.warcfile import FaultInjector
 
-__all__ = ["DEFAULT_BATCH_SIZE", "MigrationReport", "open_shared", "run_migration"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "MigrationReport",
+    "move_batch",
+    "open_shared",
+    "run_migration",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +134,40 @@ class MigrationReport:
         return text
 
 
+def move_batch(
+    layout: Layout,
+    db: IndexDB,
+    report: MigrationReport,
+    mover: Mover,
+    *,
+    below_id: int | None,
+    limit: int,
+    stop: Callable[[], bool] = _never,
+    on_file: Callable[[str], object] = _nothing,
+) -> int | None:
+    """One batch of the index pass: up to ``limit`` files, newest first, from ``below_id``.
+
+    The files the store owns under an older layout with an id of
+    ``below_id`` or less (None: from the newest), each brought to the
+    current layout (:func:`~gateway.store.migrations.migrate_file`) and
+    counted in ``report``. ``stop()`` is asked before each file; when it
+    says so, ``report.stopped`` is set, ``report.stopped_at`` names that
+    file, and its id is returned (the pass resumes there). Returns the id
+    the next batch starts at, or None when the pass is over. What
+    ``gateway store migrate`` and the migrator actor
+    (:class:`~gateway.store.migrate_actor.MigrateActor`) both run. Raises
+    ``sqlite3.Error`` on index failures.
+    """
+    batch = db.files_to_move(below_id=below_id, fs_version=layout.current, limit=limit)
+    for file in batch:
+        if stop():
+            report.stopped, report.stopped_at = True, file.name
+            return file.id
+        report.count(migrate_file(layout, db, file, mover=mover))
+        on_file("index")
+    return batch[-1].id - 1 if len(batch) == limit else None
+
+
 @contextmanager
 def open_shared(layout: Layout) -> Iterator[IndexDB]:
     """The store's index, opened the way a migrator shares the store (``store.lock`` shared).
@@ -181,16 +221,13 @@ def run_migration(
             raise StoreError(f"--resume-from {resume_from}: no file of that name in the store")
         cursor = start.id
     while True:
-        batch = db.files_to_move(below_id=cursor, fs_version=layout.current, limit=batch_size)
-        if not batch:
+        cursor = move_batch(
+            layout, db, report, mover, below_id=cursor, limit=batch_size, stop=stop, on_file=on_file
+        )
+        if report.stopped:
+            return report
+        if cursor is None:
             break
-        for file in batch:
-            if stop():
-                report.stopped, report.stopped_at = True, file.name
-                return report
-            report.count(migrate_file(layout, db, file, mover=mover))
-            on_file("index")
-        cursor = batch[-1].id - 1
     for path in layout.walk():
         if stop():
             report.stopped = True

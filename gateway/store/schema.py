@@ -28,6 +28,8 @@ The schema after every step (``sqlite3 index.sqlite3 .schema`` shows it)::
              url, mime, status, digest, warc_date, record_id, extra)  -- step 1
     jobs_object_types, jobs_import, jobs_scrub                  -- step 3
         (the background jobs' objects: :mod:`gateway.jobs`)
+    jobs_migrate                                                -- step 4
+        (the migrator's objects: :mod:`gateway.store.migrate_actor`)
 
 :mod:`gateway.store.db` says what each column means.
 """
@@ -228,11 +230,61 @@ def add_jobs_tables(conn: sqlite3.Connection) -> None:
     )
 
 
+def add_migrate_table(conn: sqlite3.Connection) -> None:
+    """Step 4: the migrator's objects (:mod:`gateway.store.migrate_actor`), one per layout.
+
+    Written out like step 3, and held equal to the declaration by the same
+    test. Makes no object: the actor type's seeding does, when an
+    orchestrator starts (this step stays O(1)).
+    """
+    statements = (
+        """CREATE TABLE IF NOT EXISTS jobs_migrate (
+            id INTEGER PRIMARY KEY,
+            status TEXT NOT NULL,
+            retry_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            last_error_at TEXT,
+            lease_owner TEXT,
+            fs_version INTEGER NOT NULL,
+            cursor_id INTEGER,
+            pass_started_at TEXT,
+            processed INTEGER NOT NULL DEFAULT 0,
+            migrated INTEGER NOT NULL DEFAULT 0,
+            merged INTEGER NOT NULL DEFAULT 0,
+            left_behind INTEGER NOT NULL DEFAULT 0,
+            passes INTEGER NOT NULL DEFAULT 0,
+            result TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_migrate_due ON jobs_migrate(retry_at)"
+        " WHERE retry_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_migrate_status ON jobs_migrate(status)",
+        "CREATE INDEX IF NOT EXISTS jobs_migrate_errors ON jobs_migrate(last_error_at)"
+        " WHERE last_error_at IS NOT NULL",
+        "CREATE UNIQUE INDEX IF NOT EXISTS jobs_migrate_fs_version ON jobs_migrate(fs_version)",
+    )
+    for statement in statements:
+        conn.execute(statement)
+    conn.execute(
+        "INSERT OR REPLACE INTO jobs_object_types (name, table_name, states, final)"
+        " VALUES (?, ?, ?, ?)",
+        (
+            "migrate",
+            "jobs_migrate",
+            '["moving", "waiting", "current", "superseded"]',
+            '["superseded"]',
+        ),
+    )
+
+
 #: The chain, in order; step ``n`` (from 1) brings the database to version ``n``.
 STEPS: Final[list[Step]] = [
     create_index_tables,
     add_file_facts,
     add_jobs_tables,
+    add_migrate_table,
 ]
 
 #: The version this release writes.

@@ -27,9 +27,9 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 import aiohttp
 import pytest
@@ -46,6 +46,8 @@ KILLS: Final = 50
 START_TIMEOUT_S: Final = 60.0
 #: Concurrent requests of the verification and of the load.
 CONCURRENCY: Final = 16
+#: The serving gateway's migrator moves the five files of the fixture within this.
+DONE_WITHIN_S: Final = 120.0
 
 
 def _spawn(*args: str, stdin: int | None = None) -> subprocess.Popen[bytes]:
@@ -59,7 +61,12 @@ def _spawn(*args: str, stdin: int | None = None) -> subprocess.Popen[bytes]:
     )
 
 
-Serve = Callable[[Path, aiohttp.ClientSession], Awaitable[str]]
+class Serve(Protocol):
+    """Starts ``gateway serve`` of a store (``jobs``: with its background work); its base URL."""
+
+    def __call__(
+        self, root: Path, session: aiohttp.ClientSession, *, jobs: bool = False
+    ) -> Awaitable[str]: ...
 
 
 @pytest.fixture
@@ -68,9 +75,12 @@ async def serve_store(tmp_path: Path) -> AsyncIterator[Serve]:
     ``stored``) on a free port, once it is ready; returns its base URL. Stopped after."""
     procs: list[subprocess.Popen[bytes]] = []
 
-    async def start(root: Path, session: aiohttp.ClientSession) -> str:
+    async def start(root: Path, session: aiohttp.ClientSession, *, jobs: bool = False) -> str:
         config = tmp_path / "serve.yaml"
-        config.write_text(f"store: {{root: {root}}}\ncollections:\n  stored: $store\n")
+        config.write_text(
+            f"store: {{root: {root}}}\njobs: {{enabled: {str(jobs).lower()}, poll_s: 0.2}}\n"
+            "collections:\n  stored: $store\n"
+        )
         port = str(free_port())
         proc = _spawn(
             "gateway.cli", "serve", "--config", str(config), "--host", "127.0.0.1", "--port", port
@@ -301,3 +311,59 @@ async def test_the_previous_releases_store_migrates_while_served_under_load(
     versions, stray = placed_files(root)
     assert sorted(versions.values()) == [1, 2, 2, 2, 2, 2]  # the file it adopted stays
     assert stray == []
+
+
+@pytest.mark.timeout(300)
+async def test_the_servers_own_migrator_moves_the_previous_releases_store_under_load(
+    tmp_path: Path, serve_store: Serve
+) -> None:
+    """No command: the migrator actor of ``gateway serve`` moves the files while it serves."""
+    manifest = _extract(tmp_path)
+    root = tmp_path / "clean"
+    captures = [
+        row for row in manifest["clean"]["index"] if "__wb_method=post" not in row["urlkey"]
+    ]
+    failures: list[str] = []
+    completed: list[int] = []
+    stop = asyncio.Event()
+
+    async def client(session: aiohttp.ClientSession, base: str, rows: list[dict[str, str]]) -> None:
+        while not stop.is_set():
+            for row in rows:
+                params = {
+                    "url": row["url"],
+                    "closest": row["timestamp"],
+                    "filter": f"filename:{row['filename'].removesuffix('.open')}",
+                }
+                async with session.get(f"{base}/stored/resource", params=params) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        failures.append(f"{resp.status} {row}")
+                completed.append(_moved(root))
+
+    async with aiohttp.ClientSession() as session:
+        base = await serve_store(root, session, jobs=True)
+        load = [
+            asyncio.create_task(client(session, base, captures[n::4] or captures))
+            for n in range(CONCURRENCY)
+        ]
+        deadline = time.monotonic() + DONE_WITHIN_S
+        while not completed or completed[-1] < 5:
+            assert time.monotonic() < deadline, (completed[-1:], placed_files(root))
+            await asyncio.sleep(0.1)
+        wanted = len(completed) + 2 * len(captures)  # and requests after it
+        while len(completed) < wanted:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.gather(*load)
+    assert failures == []
+    versions, stray = placed_files(root)
+    assert sorted(versions.values()) == [1, 2, 2, 2, 2, 2]  # the file it adopted stays
+    assert stray == []
+    conn = sqlite3.connect(root / "index.sqlite3")
+    try:
+        [(status, migrated)] = conn.execute("SELECT status, migrated FROM jobs_migrate").fetchall()
+    finally:
+        conn.close()
+    assert (status, migrated) == ("current", 5)

@@ -1,0 +1,219 @@
+"""The migrator actor (``migrate`` objects): batches newest first, restarts, new layouts, workers.
+
+Stores are real (written by the store's own code, in layout 1), the
+orchestrator and the actor are the ones ``gateway serve`` and ``gateway
+worker`` run; ``gateway worker`` is a real process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from gateway.jobs.actors import ActorType, JobContext
+from gateway.jobs.db import JobObject, JobsDB
+from gateway.jobs.hooks import Hooks, hookimpl
+from gateway.jobs.orchestrator import Orchestrator
+from gateway.jobs.registry import object_types_of
+from gateway.jobs.settings import JobsSettings
+from gateway.store.check import check_store
+from gateway.store.db import IndexDB
+from gateway.store.layout import Layout
+from gateway.store.migrate_actor import MigrateActor
+from tests.jobs.process_support import jobs_config, start_worker
+from tests.store.migrate_support import layout_chain, placed_files, written_store
+from tests.store.test_store_migrate import CHAIN_3
+
+DONE_WITHIN_S: Final = 60.0
+
+
+class SmallBatches(MigrateActor):
+    """Five files a tick (the default is 100)."""
+
+    batch_size = 5
+
+
+class StopAfterOneBatch:
+    """A plugin that stops the orchestrator and its actor after the first batch."""
+
+    def __init__(self) -> None:
+        self.orchestrator: Orchestrator | None = None
+
+    @hookimpl
+    def on_transition_migrate_moving_to_moving_end(
+        self, actor: ActorType, obj: JobObject, won: bool
+    ) -> None:
+        actor.stopping = True
+        assert self.orchestrator is not None
+        self.orchestrator.stop()
+
+
+def _migrate_objects(root: Path) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(Layout(root).db_path)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM jobs_migrate ORDER BY fs_version")]
+    finally:
+        conn.close()
+
+
+def _versions_by_id(root: Path) -> list[int]:
+    """Each file's ``fs_version``, oldest row first."""
+    conn = sqlite3.connect(Layout(root).db_path)
+    try:
+        return [int(v) for (v,) in conn.execute("SELECT fs_version FROM files ORDER BY id")]
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+async def jobs_db(tmp_path: Path) -> AsyncIterator[JobsDB]:
+    root = tmp_path / "archive"
+    written_store(root, 12)
+    IndexDB(Layout(root).db_path).close()  # the schema steps, as opening the store runs them
+    db = JobsDB(Layout(root).db_path)
+    await db.open()
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+async def _run(
+    db: JobsDB, root: Path, actor_type: type[MigrateActor], plugin: object | None = None
+) -> None:
+    """One orchestrator with the migrator only, until its object is no longer ``moving``."""
+    hooks = Hooks([plugin] if plugin is not None else [])
+    hooks.add_object_types(object_types_of([actor_type]))
+    settings = JobsSettings(poll_s=0.1)
+    ctx = JobContext(db=db, hooks=hooks, settings=settings, store_root=root, owner="test")
+    orchestrator = Orchestrator(ctx, [actor_type])
+    if isinstance(plugin, StopAfterOneBatch):
+        plugin.orchestrator = orchestrator
+    task = asyncio.create_task(orchestrator.run())
+    deadline = time.monotonic() + DONE_WITHIN_S
+    try:
+        while not task.done():
+            await asyncio.sleep(0.05)
+            objects = _migrate_objects(root)
+            settled = objects and all(o["status"] != "moving" for o in objects)
+            if settled and not any(orchestrator.running.values()):
+                break
+            assert time.monotonic() < deadline, objects
+    finally:
+        orchestrator.stop()
+        await asyncio.wait_for(task, DONE_WITHIN_S)
+
+
+async def test_the_migrator_moves_newest_first_in_batches_and_goes_on_after_a_restart(
+    tmp_path: Path, jobs_db: JobsDB
+) -> None:
+    root = tmp_path / "archive"
+    assert _versions_by_id(root) == [1] * 12
+    await _run(jobs_db, root, SmallBatches, StopAfterOneBatch())
+    # One tick: the five newest files, and the pass's place is kept.
+    assert _versions_by_id(root) == [1] * 7 + [2] * 5
+    [obj] = _migrate_objects(root)
+    assert (obj["status"], obj["processed"], obj["migrated"]) == ("moving", 5, 5)
+    assert obj["cursor_id"] == 7
+    # A new orchestrator (a restart) goes on from there to the end.
+    await _run(jobs_db, root, SmallBatches)
+    assert _versions_by_id(root) == [2] * 12
+    [obj] = _migrate_objects(root)
+    assert (obj["status"], obj["processed"], obj["migrated"], obj["passes"]) == (
+        "current",
+        12,
+        12,
+        1,
+    )
+    assert obj["cursor_id"] is None
+    assert "12 migrated" in obj["result"]
+    assert placed_files(root)[1] == []
+    report = await asyncio.to_thread(check_store, Layout(root))
+    assert report.ok, report.problems
+
+
+async def test_a_pass_that_leaves_a_file_behind_waits_then_tries_again(
+    tmp_path: Path, jobs_db: JobsDB
+) -> None:
+    root = tmp_path / "archive"
+    layout = Layout(root)
+    db = IndexDB(layout.db_path)
+    try:
+        newest = db.file_by_name(max(p.name for p in layout.walk()))
+        assert newest is not None
+        assert newest.date is not None
+        blocker = layout.path_of(newest.name, fs_version=2, date=newest.date)
+    finally:
+        db.close()
+    blocker.parent.mkdir(parents=True)
+    blocker.write_bytes(b"another file of that name")  # a name clash at the new place
+    await _run(jobs_db, root, MigrateActor)
+    [obj] = _migrate_objects(root)
+    assert (obj["status"], obj["migrated"], obj["left_behind"]) == ("waiting", 11, 1)
+    assert obj["retry_at"] > obj["updated_at"]  # not due at once
+    assert blocker.read_bytes() == b"another file of that name"
+    blocker.unlink()
+    conn = sqlite3.connect(layout.db_path)
+    conn.execute("UPDATE jobs_migrate SET retry_at = updated_at")  # the 10 minutes are up
+    conn.commit()
+    conn.close()
+    await _run(jobs_db, root, MigrateActor)
+    [obj] = _migrate_objects(root)
+    assert (obj["status"], obj["migrated"], obj["left_behind"], obj["passes"]) == (
+        "current",
+        1,
+        0,
+        2,
+    )
+    versions, stray = placed_files(root)
+    assert (set(versions.values()), stray) == ({2}, [])
+
+
+async def test_a_new_layout_step_is_taken_by_the_migrator_and_the_old_object_is_superseded(
+    tmp_path: Path, jobs_db: JobsDB
+) -> None:
+    root = tmp_path / "archive"
+    await _run(jobs_db, root, MigrateActor)
+    assert [o["status"] for o in _migrate_objects(root)] == ["current"]
+    conn = sqlite3.connect(Layout(root).db_path)
+    conn.execute("UPDATE jobs_migrate SET retry_at = updated_at")  # its daily check is due
+    conn.commit()
+    conn.close()
+    with layout_chain(*CHAIN_3):  # a release that adds layout 3
+        await _run(jobs_db, root, MigrateActor)
+        assert _versions_by_id(root) == [3] * 12
+        assert placed_files(root)[1] == []
+        assert all("/v3/" in str(path) for path in Layout(root).walk())
+    objects = _migrate_objects(root)
+    assert [(o["fs_version"], o["status"]) for o in objects] == [
+        (2, "superseded"),
+        (3, "current"),
+    ]
+    assert objects[0]["retry_at"] is None  # final, kept as history
+    assert objects[1]["migrated"] == 12
+
+
+def test_gateway_worker_runs_the_migrator(tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    written_store(root, 6)
+    config = tmp_path / "jobs.yaml"
+    config.write_text(jobs_config(root, plugins=()), encoding="utf-8")
+    worker = start_worker(config, tmp_path)
+    try:
+        deadline = time.monotonic() + DONE_WITHIN_S
+        while _versions_by_id(root) != [2] * 6 or [o["status"] for o in _migrate_objects(root)] != [
+            "current"
+        ]:
+            assert time.monotonic() < deadline, worker.describe()
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+    assert worker.proc.returncode == 0, worker.describe()
+    assert placed_files(root)[1] == []
