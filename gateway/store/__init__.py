@@ -28,6 +28,8 @@ Modules, one concept each:
   merge, finish a killed move
 - :mod:`~gateway.store.migrator`  a run of ``store migrate``: the index pass and the
   reconcile pass, the counts
+- :mod:`~gateway.store.migrate_actor`  the ``migrate`` actor type: the index pass in the
+  background, a batch per tick
 - :mod:`~gateway.store.cli`       ``gateway store add|history|check|repair|migrate``
 
 The on-disk layout, what the store may touch and the lock model are
