@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import aiohttp
 import pytest
@@ -245,21 +245,45 @@ async def test_kill_9_during_a_migration_at_50_random_moments(
     assert report.notes == []
 
 
-@pytest.mark.timeout(300)
-async def test_the_previous_releases_store_migrates_while_served_under_load(
-    tmp_path: Path, serve_store: Serve
-) -> None:
-    manifest = _extract(tmp_path)
-    root = tmp_path / "clean"
-    captures = [
-        row for row in manifest["clean"]["index"] if "__wb_method=post" not in row["urlkey"]
-    ]
-    failures: list[str] = []
-    completed: list[int] = []  # files moved when each request completed
-    enough = asyncio.Event()  # set when ``wanted`` requests have completed
-    wanted = 5 * len(captures)
+class LegacyLoad:
+    """``CONCURRENCY`` clients loading the captures of the ``clean`` fixture, each from its file.
 
-    async def client(session: aiohttp.ClientSession, base: str, rows: list[dict[str, str]]) -> None:
+    ``failures``: every answer that is not a 200; ``completed``: for each
+    request done, how many files were in layout 2 when it completed.
+    """
+
+    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+        self.root = root
+        self.captures = [
+            row for row in manifest["clean"]["index"] if "__wb_method=post" not in row["urlkey"]
+        ]
+        self.failures: list[str] = []
+        self.completed: list[int] = []
+        self._wanted = 0
+        self._enough = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self, session: aiohttp.ClientSession, base: str) -> None:
+        rows = self.captures
+        self._tasks = [
+            asyncio.create_task(self._client(session, base, rows[n::4] or rows))
+            for n in range(CONCURRENCY)
+        ]
+
+    async def more(self, rounds: int) -> None:
+        """Wait until each capture was loaded ``rounds`` more times (in all)."""
+        self._wanted = len(self.completed) + rounds * len(self.captures)
+        self._enough.clear()
+        await self._enough.wait()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _client(
+        self, session: aiohttp.ClientSession, base: str, rows: list[dict[str, str]]
+    ) -> None:
         while True:
             for row in rows:
                 params = {
@@ -270,18 +294,22 @@ async def test_the_previous_releases_store_migrates_while_served_under_load(
                 async with session.get(f"{base}/stored/resource", params=params) as resp:
                     await resp.read()
                     if resp.status != 200:
-                        failures.append(f"{resp.status} {row}")
-                completed.append(_moved(root))
-                if len(completed) >= wanted:
-                    enough.set()
+                        self.failures.append(f"{resp.status} {row}")
+                self.completed.append(_moved(self.root))
+                if len(self.completed) >= self._wanted:
+                    self._enough.set()
 
+
+@pytest.mark.timeout(300)
+async def test_the_previous_releases_store_migrates_while_served_under_load(
+    tmp_path: Path, serve_store: Serve
+) -> None:
+    root = tmp_path / "clean"
+    load = LegacyLoad(root, _extract(tmp_path))
     async with aiohttp.ClientSession() as session:
         base = await serve_store(root, session)  # it opens and serves at once, unmigrated
-        load = [
-            asyncio.create_task(client(session, base, captures[n::4] or captures))
-            for n in range(CONCURRENCY)
-        ]
-        await enough.wait()  # under load before the migration starts
+        load.start(session, base)
+        await load.more(5)  # under load before the migration starts
         migrate = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -297,17 +325,13 @@ async def test_the_previous_releases_store_migrates_while_served_under_load(
             stderr=asyncio.subprocess.STDOUT,
         )
         output, _ = await migrate.communicate()
-        enough.clear()
-        wanted = len(completed) + 5 * len(captures)
-        await enough.wait()  # and after it
-        for task in load:
-            task.cancel()
-        await asyncio.gather(*load, return_exceptions=True)
+        await load.more(5)  # and after it
+        await load.stop()
     assert migrate.returncode == 0, output.decode()
     assert b"5 processed, 5 migrated" in output
-    assert failures == []
-    assert completed[0] == 0
-    assert completed[-1] == 5
+    assert load.failures == []
+    assert load.completed[0] == 0
+    assert load.completed[-1] == 5
     versions, stray = placed_files(root)
     assert sorted(versions.values()) == [1, 2, 2, 2, 2, 2]  # the file it adopted stays
     assert stray == []
@@ -318,46 +342,18 @@ async def test_the_servers_own_migrator_moves_the_previous_releases_store_under_
     tmp_path: Path, serve_store: Serve
 ) -> None:
     """No command: the migrator actor of ``gateway serve`` moves the files while it serves."""
-    manifest = _extract(tmp_path)
     root = tmp_path / "clean"
-    captures = [
-        row for row in manifest["clean"]["index"] if "__wb_method=post" not in row["urlkey"]
-    ]
-    failures: list[str] = []
-    completed: list[int] = []
-    stop = asyncio.Event()
-
-    async def client(session: aiohttp.ClientSession, base: str, rows: list[dict[str, str]]) -> None:
-        while not stop.is_set():
-            for row in rows:
-                params = {
-                    "url": row["url"],
-                    "closest": row["timestamp"],
-                    "filter": f"filename:{row['filename'].removesuffix('.open')}",
-                }
-                async with session.get(f"{base}/stored/resource", params=params) as resp:
-                    await resp.read()
-                    if resp.status != 200:
-                        failures.append(f"{resp.status} {row}")
-                completed.append(_moved(root))
-
+    load = LegacyLoad(root, _extract(tmp_path))
     async with aiohttp.ClientSession() as session:
         base = await serve_store(root, session, jobs=True)
-        load = [
-            asyncio.create_task(client(session, base, captures[n::4] or captures))
-            for n in range(CONCURRENCY)
-        ]
+        load.start(session, base)
         deadline = time.monotonic() + DONE_WITHIN_S
-        while not completed or completed[-1] < 5:
-            assert time.monotonic() < deadline, (completed[-1:], placed_files(root))
+        while not load.completed or load.completed[-1] < 5:
+            assert time.monotonic() < deadline, (load.completed[-1:], placed_files(root))
             await asyncio.sleep(0.1)
-        wanted = len(completed) + 2 * len(captures)  # and requests after it
-        while len(completed) < wanted:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
-        stop.set()
-        await asyncio.gather(*load)
-    assert failures == []
+        await load.more(2)  # and requests after it
+        await load.stop()
+    assert load.failures == []
     versions, stray = placed_files(root)
     assert sorted(versions.values()) == [1, 2, 2, 2, 2, 2]  # the file it adopted stays
     assert stray == []
