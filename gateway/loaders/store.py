@@ -93,8 +93,18 @@ class StoreRecordLoader:
         return capture.fields.get("source-coll") == self.name and self._warc.accepts(capture)
 
     async def load(self, capture: CdxRecord, ctx: LoadContext) -> LoadedRecord:
-        """Load the record (see :meth:`WarcLoader.load <gateway.loaders.warc.WarcLoader.load>`)."""
-        return await self._warc.load(capture, ctx)
+        """Load the record (see :meth:`WarcLoader.load <gateway.loaders.warc.WarcLoader.load>`).
+
+        A file found at none of its places is looked for once more, its row
+        read again: a row of an older release names no date, so its places
+        are the flat layout's only, and a migrator (another process) may
+        record the date, move the file and remove the old copy between the
+        read of the row and the open. Raises what the WARC loader raises.
+        """
+        try:
+            return await self._warc.load(capture, ctx)
+        except ArchiveFileNotFound:
+            return await self._warc.load(capture, ctx)
 
     def describe(self) -> str:
         return self._warc.describe()
