@@ -44,6 +44,9 @@ class JobsSettings:
     - ``scrub_max_tick_s``: one scrub tick verifies records for at most
       about this long, then records how far it got.
     - ``scrub_max_concurrent``: files verified at once per process.
+    - ``migrate_max_tick_s``: the tick limit (and lease) of the layout
+      migrator: a tick moves files for at most about a third of it (20 s at
+      most), and one interrupted by a kill is taken up again once it ends.
     """
 
     enabled: bool | None = None
@@ -54,9 +57,16 @@ class JobsSettings:
     scrub_interval_days: float = 30.0
     scrub_max_tick_s: float = 10.0
     scrub_max_concurrent: int = 1
+    migrate_max_tick_s: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in ("poll_s", "import_max_tick_s", "scrub_interval_days", "scrub_max_tick_s"):
+        for name in (
+            "poll_s",
+            "import_max_tick_s",
+            "scrub_interval_days",
+            "scrub_max_tick_s",
+            "migrate_max_tick_s",
+        ):
             value = getattr(self, name)
             if not value > 0:
                 unit = "days" if name.endswith("_days") else "seconds"

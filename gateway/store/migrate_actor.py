@@ -43,6 +43,7 @@ from typing import ClassVar, Final
 from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
 from gateway.jobs.db import JobObject, Value, format_time, utcnow
 from gateway.jobs.model import ObjectType
+from gateway.jobs.settings import JobsSettings
 from gateway.store.db import Access, IndexDB
 from gateway.store.layout import Layout
 from gateway.store.migrations import Mover
@@ -166,7 +167,8 @@ class MigrateActor(StoreActorType):
     object_type = MIGRATE
     queue_states = ("moving", "waiting", "current")
     max_concurrent = 1
-    #: A tick's limit and lease: a batch, or one large file's copy and read-back.
+    #: A tick's limit and lease (``migrate_max_tick_s``): a batch, or one large
+    #: file's copy and read-back.
     max_tick_s = 600.0
     backoff_base_s = 10.0
     backoff_max_s = 3600.0
@@ -176,6 +178,10 @@ class MigrateActor(StoreActorType):
     batch_size: ClassVar[int] = 100
     #: How long a tick moves files before it records how far it got.
     budget_s: ClassVar[float] = BATCH_BUDGET_S
+
+    @classmethod
+    def limits(cls, settings: JobsSettings) -> tuple[int, float]:
+        return cls.max_concurrent, settings.migrate_max_tick_s
 
     @classmethod
     async def seed(cls, ctx: JobContext) -> None:
@@ -202,7 +208,7 @@ class MigrateActor(StoreActorType):
                 self.index,
                 None if below is None else int(below),
                 self.batch_size,
-                min(self.budget_s, self.tick_limit_s / 2),
+                min(self.budget_s, self.tick_limit_s / 3),
                 cancel,
             )
         )

@@ -8,6 +8,9 @@ worker`` run; ``gateway worker`` is a real process.
 from __future__ import annotations
 
 import asyncio
+import os
+import random
+import signal
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -23,6 +26,7 @@ from gateway.jobs.orchestrator import Orchestrator
 from gateway.jobs.registry import object_types_of
 from gateway.jobs.settings import JobsSettings
 from gateway.store.check import check_store
+from gateway.store.cli import main as store_cli
 from gateway.store.db import IndexDB
 from gateway.store.layout import Layout
 from gateway.store.migrate_actor import MigrateActor
@@ -217,3 +221,65 @@ def test_gateway_worker_runs_the_migrator(tmp_path: Path) -> None:
         worker.stop()
     assert worker.proc.returncode == 0, worker.describe()
     assert placed_files(root)[1] == []
+
+
+#: Files of the worker kill test, and kills: small files, so the test stays short.
+KILL_FILES: Final = 300
+WORKER_KILLS: Final = 8
+
+
+def _moved(root: Path) -> int:
+    return _versions_by_id(root).count(2)
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_of_a_worker_moving_files_loses_nothing_and_the_next_one_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A worker's migrator killed mid-batch: its lease expires, the next worker goes on."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    root = tmp_path / "archive"
+    written_store(root, KILL_FILES, payload=lambda i: f"capture {i}\n".encode() * 50)
+    config = tmp_path / "jobs.yaml"
+    config.write_text(
+        f"store:\n  root: {root}\n  fsync: never\n"
+        "jobs:\n  poll_s: 0.2\n  migrate_max_tick_s: 1.5\n"
+        "collections:\n  stored: $store\n",
+        encoding="utf-8",
+    )
+    kills_in_moves = 0
+    for kill in range(WORKER_KILLS):
+        before = _moved(root)
+        target = before + rng.randrange(1, 2 * KILL_FILES // (WORKER_KILLS + 2))
+        worker = start_worker(config, tmp_path, name=f"worker{kill}")
+        deadline = time.monotonic() + DONE_WITHIN_S
+        while _moved(root) < target and worker.proc.poll() is None:
+            assert time.monotonic() < deadline, (seed, kill, worker.describe())
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.01))  # somewhere inside the next move
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait(timeout=DONE_WITHIN_S)
+        worker.stop()
+        assert worker.proc.returncode == -signal.SIGKILL, (seed, kill, worker.describe())
+        kills_in_moves += before < _moved(root) < KILL_FILES
+        report = check_store(Layout(root), progress=False)
+        assert report.ok, (seed, kill, [str(p) for p in report.problems])
+    assert _moved(root) < KILL_FILES, "the migration ended before the last kill"
+    assert kills_in_moves >= WORKER_KILLS // 2, (seed, kills_in_moves)
+    worker = start_worker(config, tmp_path, name="last")
+    try:
+        deadline = time.monotonic() + DONE_WITHIN_S
+        while [o["status"] for o in _migrate_objects(root)] != ["current"]:
+            assert time.monotonic() < deadline, (seed, worker.describe())
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+    assert _versions_by_id(root) == [2] * KILL_FILES
+    # What kills left between a commit and a removal (an old copy) the command's
+    # reconcile pass removes; nothing else is out of place.
+    assert store_cli(["migrate", "--root", str(root), "--no-progress"]) == 0
+    assert placed_files(root)[1] == []
+    report = check_store(Layout(root), progress=False)
+    assert report.ok, [str(p) for p in report.problems]
+    assert report.notes == []
