@@ -6,8 +6,9 @@ unique), made by the actor type's seeding when an orchestrator starts
 ``gateway store migrate`` (:func:`~gateway.store.migrator.move_batch`, the
 same code): the closed files the store owns under an older layout, newest
 first (by row id), a batch per tick. Each tick moves up to
-:attr:`MigrateActor.batch_size` files or works for about
-:data:`BATCH_BUDGET_S`, whichever comes first, and records how far it got
+:attr:`MigrateActor.batch_size` files or works for about a third of its
+limit (``migrate_max_tick_s``; :data:`BATCH_BUDGET_S` at most), whichever
+comes first, and records how far it got
 (``cursor_id``): a restarted process (or a kill -9, once the lease expires)
 goes on from there. Every move commits on its own
 (:meth:`Mover.move <gateway.store.migrations.Mover.move>`: copy, verify,
@@ -87,7 +88,7 @@ MIGRATE: Final = ObjectType(
     detail_column="result",
 )
 
-#: About how long one tick moves files before it records how far it got (seconds).
+#: The longest one tick moves files before it records how far it got (seconds).
 BATCH_BUDGET_S: Final = 20.0
 #: After a pass that left files behind, the next one starts this much later (seconds).
 RETRY_PASS_S: Final = 600.0
