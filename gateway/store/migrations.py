@@ -461,6 +461,13 @@ def migrate_file(
         )
     if not needs_move(layout, file):
         return MoveResult(file, "current" if file.fs_version >= layout.current else "skipped")
+    if not layout.place(file).is_file():  # another process may have moved it since the read
+        fresh = db.file_by_id(file.id)
+        if fresh is None:
+            return MoveResult(file, "skipped", f"{file.name}: its row went away meanwhile")
+        if fresh != file and not needs_move(layout, fresh):
+            return MoveResult(fresh, "current" if fresh.fs_version >= layout.current else "skipped")
+        file = fresh
     mover = mover or Mover(layout, db)
     merged = 0
     try:

@@ -139,6 +139,25 @@ async def test_a_store_of_the_previous_release_migrates_and_serves_every_capture
     )
 
 
+def test_a_file_another_process_moved_since_its_row_was_read_is_current(
+    tmp_path: Path,
+) -> None:
+    """Two migrators (the server's and the command) read the same batch; one moves a file first."""
+    root = tmp_path / "store"
+    flat_store(root, 2)
+    layout = Layout(root)
+    with open_shared(layout) as db:
+        stale = db.files_to_move(below_id=None, fs_version=layout.current, limit=10)
+        assert len(stale) == 2
+        first = migrate_file(layout, db, stale[0])  # the other process's move
+        assert first.outcome == "moved"
+        again = migrate_file(layout, db, stale[0])  # this one, with the row it read before
+    assert again.outcome == "current", again.detail
+    assert again.file.fs_version == 2
+    assert _rows(root)[stale[0].name].fs_version == 2
+    assert _check_ok(root) == []
+
+
 def test_the_index_pass_goes_newest_first_and_resumes_where_it_stopped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
