@@ -113,9 +113,8 @@ def _run_app(
     ``parent``: the supervisor's pid when this process is one of
     ``--workers`` (the worker stops when it goes away).
     """
-    from aiohttp import web
-
     from gateway.app import create_app
+    from gateway.http_server import run_app
     from gateway.logs import access_logger
 
     app = create_app(config, collections=collections, clients=clients)
@@ -124,14 +123,13 @@ def _run_app(
         from gateway.workers import watch_parent
 
         watch_parent(app, parent)
-    web.run_app(
+    run_app(  # aiohttp's run_app, raw UTF-8 request targets read percent-encoded
         app,
         sock=sock,
+        loop=_new_loop(),
         handler_cancellation=True,
         access_log=access_logger(args.access_log),
         access_log_format=args.access_log or "",
-        print=None,
-        loop=_new_loop(),
     )
 
 

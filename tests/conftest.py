@@ -63,6 +63,7 @@ from warcio.warcwriter import WARCWriter
 from gateway.app import create_app
 from gateway.clients import SharedClients
 from gateway.config import parse_config
+from gateway.http_server import GatewaySockSite
 from tests.sources.redis_support import redis_client
 from tests.storage.seaweedfs import SeaweedFS, SeaweedFSError, run_in_thread
 
@@ -103,10 +104,11 @@ def make_client(aiohttp_client: Callable[..., Awaitable[TestClient]]) -> MakeCli
 @contextlib.asynccontextmanager
 async def serving(yaml_text: str) -> AsyncIterator[int]:
     """The gateway app for ``yaml_text`` served on 127.0.0.1 (an aiohttp
-    ``AppRunner``, in the test's loop); yields its port, cleans up after."""
+    ``AppRunner`` with ``gateway serve``'s site, in the test's loop); yields
+    its port, cleans up after."""
     runner = web.AppRunner(create_app(parse_config(yaml_text)))
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = GatewaySockSite(runner, socket.create_server(("127.0.0.1", 0)))
     await site.start()
     try:
         yield runner.addresses[0][1]
