@@ -48,6 +48,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -264,6 +265,24 @@ def _start_until_ready(
         failure = server.describe()
         server.stop()
     pytest.fail(f"{name} exited during start-up {_START_ATTEMPTS} times:\n{failure}", pytrace=False)
+
+
+def serve_sample_iana(
+    workdir: Path, sample_dir: Path, *options: str, name: str = "gateway"
+) -> tuple[_Server, int]:
+    """``gateway serve`` of the sample's ``iana.cdxj`` and WARCs (collection
+    ``iana``) on a free port, with ``options``; returns the server and its port."""
+    config = workdir / "collections.yaml"
+    config.write_text(
+        f"collections:\n  iana:\n    index: {sample_dir}/cdxj/iana.cdxj\n"
+        f"    resource: {sample_dir}/warcs/\n"
+    )
+
+    def argv(port: int) -> list[str]:
+        command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+        return [*command, "--port", str(port), *options]
+
+    return _start_until_ready(name, argv, workdir, lambda p: _http_get(p, "/_health") is not None)
 
 
 # -- redis ------------------------------------------------------------------------

@@ -10,7 +10,6 @@ log must hold no error and no traceback.
 from __future__ import annotations
 
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.http_server import percent_encode_past_ascii
-from tests.conftest import _http_get, _Server, _start_until_ready
+from tests.conftest import _Server, serve_sample_iana
 
 
 @dataclass(frozen=True)
@@ -34,20 +33,7 @@ _INDEX = "/iana/index?url=http://www.iana.org/&matchType=prefix&filter=!url:{}&l
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> Iterator[Gateway]:
     """One ``gateway serve`` for the module; its log must end with no error or traceback."""
-    tmp_path = tmp_path_factory.mktemp("http-server")
-    config = tmp_path / "collections.yaml"
-    config.write_text(
-        f"collections:\n  iana:\n    index: {sample_dir}/cdxj/iana.cdxj\n"
-        f"    resource: {sample_dir}/warcs/\n"
-    )
-
-    def argv(port: int) -> list[str]:
-        command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
-        return [*command, "--port", str(port)]
-
-    server, port = _start_until_ready(
-        "gateway", argv, tmp_path, lambda p: _http_get(p, "/_health") is not None
-    )
+    server, port = serve_sample_iana(tmp_path_factory.mktemp("http-server"), sample_dir)
     try:
         yield Gateway(server, port)
     finally:
