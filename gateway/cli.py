@@ -54,8 +54,8 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
-    from gateway.app import build_collections
     from gateway.clients import SharedClients
+    from gateway.collection_builder import build_collections
     from gateway.errors import ConfigError
     from gateway.logs import configure_logging
     from gateway.store.errors import StoreError
@@ -139,8 +139,8 @@ def _serve_workers(
     """``--workers N``: ``sock`` is bound once, N processes serve it (:mod:`gateway.workers`)."""
     import logging
 
-    from gateway.app import build_collections
     from gateway.clients import SharedClients
+    from gateway.collection_builder import build_collections
     from gateway.workers import Supervisor
 
     def serve(sock: socket.socket, index: int, parent: int) -> None:
@@ -190,8 +190,8 @@ async def _freeze_heap(app: object) -> None:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    from gateway.app import build_collections
     from gateway.clients import SharedClients
+    from gateway.collection_builder import build_collections
     from gateway.errors import ConfigError
     from gateway.missing_dirs import report_only
 
