@@ -108,9 +108,9 @@ class FileSourceConfig:
         """Parse a path or a ``file://`` URL (pywb ``FileIndexSource.init_from_string``).
 
         >>> FileSourceConfig.from_shorthand("file:///srv/indexes/iana.cdxj")
-        FileSourceConfig(path='/srv/indexes/iana.cdxj')
+        FileSourceConfig(path='/srv/indexes/iana.cdxj', stat_interval_s=1.0)
         >>> FileSourceConfig.from_shorthand("indexes/")
-        FileSourceConfig(path='indexes/')
+        FileSourceConfig(path='indexes/', stat_interval_s=1.0)
 
         ``file://`` URLs must be absolute (``file:///abs/path`` or
         ``file://localhost/abs/path``) and are percent-decoded; plain paths are
