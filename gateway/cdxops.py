@@ -175,8 +175,48 @@ def process_scan(
 
     Yields the answer's records in order and passes on the scan's ``None``
     checkpoints (the caller gives the event loop a turn there). Closes
-    ``scan`` when it ends, fails or is closed.
+    ``scan`` when it ends, fails or is closed. A query that keeps every
+    record in input order (no filter, time range, closest, reverse, revisit
+    resolution or collapsing) only tags and counts them.
     """
+    if (
+        query.sort == "ascending"
+        and not query.filters
+        and not query.from_ts
+        and not query.to_ts
+        and not query.resolve_revisits
+        and query.collapse_time is None
+    ):
+        return _tag_and_limit(scan, query.limit, tag)
+    return _select_scan(scan, query, tag)
+
+
+def _tag_and_limit(
+    scan: Generator[CdxRecord | None, None, None], count: int, tag: str | None
+) -> Generator[CdxRecord | None, None, None]:
+    """The first ``count`` records of ``scan``, tagged (:meth:`_Selection.take`
+    when nothing is selected), and its checkpoints; closes ``scan``."""
+    seen = 0
+    try:
+        if count <= 0:
+            return
+        for record in scan:
+            if record is None:
+                yield None
+                continue
+            if tag is not None:
+                record.tag(tag)
+            yield record
+            seen += 1
+            if seen >= count:
+                return
+    finally:
+        scan.close()
+
+
+def _select_scan(
+    scan: Generator[CdxRecord | None, None, None], query: CaptureQuery, tag: str | None
+) -> Generator[CdxRecord | None, None, None]:
     selection = _Selection(query, tag)
     count, seen = selection.count, 0
     take = selection.take
