@@ -187,15 +187,21 @@ def process_scan(
         and not query.resolve_revisits
         and query.collapse_time is None
     ):
-        return _tag_and_limit(scan, query.limit, tag)
-    return _select_scan(scan, query, tag)
+        return _passed(scan, query.limit, tag, None)
+    selection = _Selection(query, tag)
+    return _passed(scan, selection.count, None, selection)
 
 
-def _tag_and_limit(
-    scan: Generator[CdxRecord | None, None, None], count: int, tag: str | None
+def _passed(
+    scan: Generator[CdxRecord | None, None, None],
+    count: int,
+    tag: str | None,
+    selection: _Selection | None,
 ) -> Generator[CdxRecord | None, None, None]:
-    """The first ``count`` records of ``scan``, tagged (:meth:`_Selection.take`
-    when nothing is selected), and its checkpoints; closes ``scan``."""
+    """Up to ``count`` records: those ``selection`` passes on at once (it tags
+    them), then what it kept; without one, every record, tagged with ``tag``.
+    The scan's checkpoints are passed on. Closes ``scan``."""
+    take = selection.take if selection is not None else None
     seen = 0
     try:
         if count <= 0:
@@ -204,34 +210,17 @@ def _tag_and_limit(
             if record is None:
                 yield None
                 continue
-            if tag is not None:
-                record.tag(tag)
+            if take is None:
+                if tag is not None:
+                    record.tag(tag)
+            elif not take(record):
+                continue
             yield record
             seen += 1
             if seen >= count:
                 return
-    finally:
-        scan.close()
-
-
-def _select_scan(
-    scan: Generator[CdxRecord | None, None, None], query: CaptureQuery, tag: str | None
-) -> Generator[CdxRecord | None, None, None]:
-    selection = _Selection(query, tag)
-    count, seen = selection.count, 0
-    take = selection.take
-    try:
-        if count <= 0:
-            return
-        for record in scan:
-            if record is None:
-                yield None
-            elif take(record):
-                yield record
-                seen += 1
-                if seen >= count:
-                    return
-        yield from selection.kept()
+        if selection is not None:
+            yield from selection.kept()
     finally:
         scan.close()
 
