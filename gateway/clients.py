@@ -4,7 +4,8 @@ One ``aiohttp.ClientSession`` per app (per-host connection limit, descriptive
 User-Agent) and one Redis connection pool per server URL. Created in the
 app's ``cleanup_ctx`` by :meth:`SharedClients.start`, closed by
 :meth:`SharedClients.close`; sources reach them through this object at lookup
-time, so sources can be built before the event loop runs.
+time, so sources can be built before the event loop runs (and without
+importing aiohttp or redis-py: ``gateway check-config`` builds them too).
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 if TYPE_CHECKING:
+    import aiohttp
     import redis.asyncio
 
     from gateway.store import Store
@@ -60,6 +60,8 @@ class SharedClients:
     async def start(self) -> None:
         """Create the ClientSession (call from a running event loop)."""
         if self._session is None:
+            import aiohttp  # here, not at the top: check-config never starts clients
+
             connector = aiohttp.TCPConnector(
                 limit=self.settings.total_limit,
                 limit_per_host=self.settings.limit_per_host,

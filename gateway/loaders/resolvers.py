@@ -54,10 +54,11 @@ from urllib.parse import quote, unquote
 
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveFileNotFound, UnsafeFilename
-from gateway.loaders.redis_resolver import RedisResolver
 from gateway.missing_dirs import ensure_directory
+from gateway.registry import LazyRegistry
 
 __all__ = [
+    "REDIS_SHORTHAND_PREFIXES",
     "RESOLVER_TYPES",
     "PathIndexResolver",
     "PathIndexResolverConfig",
@@ -473,11 +474,23 @@ def _read_path_index(path: str) -> dict[str, tuple[str, ...]]:
 
 
 # ---------------------------------------------------------------- registry
-RESOLVER_TYPES: Final[dict[str, type[ResolverFactory]]] = {
-    "prefix": PrefixResolver,
-    "path_index": PathIndexResolver,
-    "redis_index": RedisResolver,
-}
+# Redis's module (and redis-py) is imported only for a config that uses it.
+RESOLVER_TYPES: Final = LazyRegistry[type[ResolverFactory]](
+    {
+        "prefix": "gateway.loaders.resolvers:PrefixResolver",
+        "path_index": "gateway.loaders.resolvers:PathIndexResolver",
+        "redis_index": "gateway.loaders.redis_resolver:RedisResolver",
+    }
+)
+
+#: ``RedisResolver.shorthand_prefixes``, known without importing redis-py
+#: (``tests/loaders/test_redis_resolver.py`` checks they agree).
+REDIS_SHORTHAND_PREFIXES: Final = (
+    "warc-index+redis://",
+    "warc-index+rediss://",
+    "redis://",
+    "rediss://",
+)
 
 
 def resolver_kind_for_shorthand(text: str) -> ResolverKind:
@@ -493,7 +506,7 @@ def resolver_kind_for_shorthand(text: str) -> ResolverKind:
     >>> resolver_kind_for_shorthand("https://example.org/warcs/")
     'prefix'
     """
-    if text.startswith(RedisResolver.shorthand_prefixes):
+    if text.startswith(REDIS_SHORTHAND_PREFIXES):
         return "redis_index"
     if text.startswith(_INDEX_MARK):
         return "path_index"

@@ -39,10 +39,8 @@ import importlib
 import os
 import zlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-import aiohttp
-import yarl
 from warcio.limitreader import LimitReader
 
 from gateway.errors import ArchiveFileNotFound, LoadError, RecordFormatError
@@ -55,6 +53,9 @@ from gateway.loaders.warc_headers import (
     NeedMore,
     arc_url,
 )
+
+if TYPE_CHECKING:  # aiohttp is imported by the time a session exists
+    import aiohttp
 
 __all__ = ["OpenedRecord", "RecordBody", "StoredMember", "open_record"]
 
@@ -158,9 +159,11 @@ class _HttpRaw:
             size = min(size, self._left)
             if size <= 0:
                 return b""
+        from aiohttp import ClientError  # loaded: this response came from a session
+
         try:
             data = await response.content.read(size)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (ClientError, TimeoutError) as exc:
             raise LoadError(
                 f"{self.location}: reading the record failed: {exc or type(exc).__name__}",
                 {self.location: str(exc) or type(exc).__name__},
@@ -196,11 +199,14 @@ def _open_local(location: str, offset: int, length: int | None) -> _RawSource:
 async def _open_http(
     session: aiohttp.ClientSession, location: str, offset: int, length: int | None
 ) -> _RawSource:
+    from aiohttp import ClientError  # loaded: the session exists
+    from yarl import URL
+
     last = f"{offset + length - 1}" if length is not None else ""
     headers = {"Range": f"bytes={offset}-{last}", "Accept-Encoding": "identity"}
     try:
-        response = await session.get(yarl.URL(location, encoded=True), headers=headers)
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        response = await session.get(URL(location, encoded=True), headers=headers)
+    except (ClientError, TimeoutError, ValueError) as exc:
         reason = str(exc) or type(exc).__name__
         raise LoadError(f"{location}: request failed: {reason}", {location: reason}) from exc
     status = response.status
