@@ -167,15 +167,20 @@ def _driver(root: Path) -> subprocess.Popen[bytes]:
 
 
 async def _kill_at_random(
-    proc: subprocess.Popen[bytes], root: Path, rng: random.Random, target: int | None
+    proc: subprocess.Popen[bytes], root: Path, rng: random.Random, target: int | None, limit: int
 ) -> bytes:
     """Start the run; SIGKILL it once ``target`` files are moved (then a few ms more),
-    or, with no target, at a random moment from its start. Returns its output."""
+    or, with no target, at a random moment from its start, before ``limit`` files are
+    moved. Returns its output."""
     assert proc.stdin is not None
     proc.stdin.write(b"go\n")
     proc.stdin.flush()
     if target is None:
-        await asyncio.sleep(rng.uniform(0.0, 0.3))
+        until = time.monotonic() + rng.uniform(0.0, 0.3)
+        while time.monotonic() < until and _moved(root) < limit:
+            if proc.poll() is not None:
+                break  # it ended: the assertion after the kill says so
+            await asyncio.sleep(0.002)
     else:
         deadline = time.monotonic() + 120
         while _moved(root) < target and proc.poll() is None:
@@ -215,7 +220,7 @@ async def test_kill_9_during_a_migration_at_50_random_moments(
                 asyncio.create_task(_load(session, base, payloads, rng.sample(urls, 50), failures))
                 for _ in range(2)
             ]
-            output = await _kill_at_random(proc, root, rng, target)
+            output = await _kill_at_random(proc, root, rng, target, last_target)
             for task in load:
                 task.cancel()
             served_while_moving += sum(await asyncio.gather(*load))
