@@ -26,8 +26,12 @@ The schema after every step (``sqlite3 index.sqlite3 .schema`` shows it)::
           state, open_link, sha256, fs_version, date)       -- step 2
     captures(id, urlkey, timestamp, file_id, offset, length, rec_type,
              url, mime, status, digest, warc_date, record_id, extra)  -- step 1
+    copies(name, storage, sha256, status, mtime, verified_at,
+           archived, detail)                                -- step 3
+    publications(name, target, sha256, mtime, captures)     -- step 3
 
-:mod:`gateway.store.db` says what each column means.
+:mod:`gateway.store.db` says what each column of ``files`` and ``captures``
+means, :mod:`gateway.store.copies` those of ``copies`` and ``publications``.
 """
 
 from __future__ import annotations
@@ -130,10 +134,51 @@ def add_file_facts(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX files_sha256 ON files(sha256) WHERE sha256 IS NOT NULL")
 
 
+def add_copy_status(conn: sqlite3.Connection) -> None:
+    """Step 3: the replication status of every copy, and what was published (issue 13).
+
+    ``copies``: one row per (file name, storage) that replication has
+    touched, with the Software Heritage archiver's status (``missing``,
+    ``ongoing``, ``present``, ``corrupted``) and ``mtime``; a closed file
+    with no row for a storage has no copy there, except on the store's own
+    ``primary``, where no row means present. ``publications``: the files
+    whose captures were published to a Redis index. Both are keyed by the
+    file's name and carry the SHA-256 they are about, so a row outlives
+    neither a change of the file's bytes nor a later file of the same name.
+    The partial index serves the scrub (least recently verified first).
+    """
+    conn.execute(
+        """CREATE TABLE copies (
+            name TEXT NOT NULL,
+            storage TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            status TEXT NOT NULL
+                CHECK (status IN ('missing', 'ongoing', 'present', 'corrupted')),
+            mtime REAL NOT NULL,
+            verified_at REAL,
+            archived INTEGER NOT NULL DEFAULT 0,
+            detail TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (name, storage)
+        ) WITHOUT ROWID"""
+    )
+    conn.execute("CREATE INDEX copies_unverified ON copies(verified_at) WHERE status = 'present'")
+    conn.execute(
+        """CREATE TABLE publications (
+            name TEXT NOT NULL,
+            target TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            mtime REAL NOT NULL,
+            captures INTEGER NOT NULL,
+            PRIMARY KEY (name, target)
+        ) WITHOUT ROWID"""
+    )
+
+
 #: The chain, in order; step ``n`` (from 1) brings the database to version ``n``.
 STEPS: Final[list[Step]] = [
     create_index_tables,
     add_file_facts,
+    add_copy_status,
 ]
 
 #: The version this release writes.
