@@ -36,7 +36,7 @@ from gateway.loaders.base import ResourceLoader
 from gateway.loaders.resolvers import RESOLVER_TYPES
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.logfilter import install as install_bad_request_log_filter
-from gateway.metrics import CLIENT_LEFT_STATUS, Metrics, RouteStats
+from gateway.metrics import CLIENT_LEFT_STATUS, Metrics, RouteStats, register_collector
 from gateway.readiness import Readiness
 from gateway.sources import SOURCE_TYPES
 from gateway.sources.base import IndexSource
@@ -248,6 +248,10 @@ def create_app(
 
             records = any(coll.records for coll in config.collections.values())
             shared.store = await Store.open(config.store, mode="write" if records else "shared")
+            if config.store.storages:
+                from gateway.store.replication_status import ReplicationCollector
+
+                register_collector(app, ReplicationCollector(shared.store.replicas))
             readiness.clear("store")
         readiness.clear("startup")
         try:

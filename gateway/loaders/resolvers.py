@@ -2,7 +2,9 @@
 
 A :class:`Resolver` turns the ``filename`` field of a capture into candidate
 locations, tried in order by :class:`~gateway.loaders.warc.WarcLoader`:
-absolute local paths or ``http(s)://`` URLs (read with range requests).
+absolute local paths, ``http(s)://`` URLs (read with range requests), or
+objects in a storage that open their own ranges
+(:class:`~gateway.loaders.warc_reader.RangeLocation`: S3, below).
 Behaviour follows pywb's warcserver ``pathresolvers`` module:
 
 ``prefix`` (pywb ``PrefixResolver``)
@@ -47,7 +49,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Literal, Protocol, Self, runtime_checkable
 from urllib.parse import quote, unquote
@@ -55,6 +57,8 @@ from urllib.parse import quote, unquote
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveFileNotFound, UnsafeFilename
 from gateway.loaders.redis_resolver import RedisResolver
+from gateway.loaders.s3_resolver import S3Resolver
+from gateway.loaders.warc_reader import Location
 from gateway.missing_dirs import ensure_directory
 
 __all__ = [
@@ -76,7 +80,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ResolverKind = Literal["prefix", "path_index", "redis_index"]
+ResolverKind = Literal["prefix", "path_index", "redis_index", "s3"]
 
 _PREFIX_MARK: Final = "warc-prefix+"
 _INDEX_MARK: Final = "warc-index+"
@@ -103,10 +107,11 @@ class ResolverConfig(Protocol):
 class Resolver(Protocol):
     """Maps a CDX ``filename`` to candidate locations (pywb path resolvers)."""
 
-    async def locate(self, filename: str) -> list[str]:
+    async def locate(self, filename: str) -> Sequence[Location]:
         """Candidate locations for ``filename``, best first.
 
-        Each is an absolute local path or an ``http(s)://`` URL; an empty list
+        Each is an absolute local path, an ``http(s)://`` URL or a
+        :class:`~gateway.loaders.warc_reader.RangeLocation`; an empty list
         means this resolver does not know the file. Raises
         :class:`~gateway.errors.UnsafeFilename` for a filename that would
         leave the resolver's prefix, and
@@ -477,6 +482,7 @@ RESOLVER_TYPES: Final[dict[str, type[ResolverFactory]]] = {
     "prefix": PrefixResolver,
     "path_index": PathIndexResolver,
     "redis_index": RedisResolver,
+    "s3": S3Resolver,
 }
 
 
@@ -486,7 +492,9 @@ def resolver_kind_for_shorthand(text: str) -> ResolverKind:
     ``warc-index+`` selects a path index; ``warc-prefix+``, ``http(s)://`` and
     ``file://`` a prefix; a plain path naming an existing regular file a path
     index; anything else a prefix (a directory). ``warc-index+redis://`` and
-    ``redis://`` select a Redis hash (:mod:`gateway.loaders.redis_resolver`).
+    ``redis://`` select a Redis hash (:mod:`gateway.loaders.redis_resolver`),
+    ``s3://`` and ``s3+http(s)://`` a bucket and prefix
+    (:mod:`gateway.loaders.s3_resolver`).
 
     >>> resolver_kind_for_shorthand("warc-index+file:///data/paths.txt")
     'path_index'
@@ -495,6 +503,8 @@ def resolver_kind_for_shorthand(text: str) -> ResolverKind:
     """
     if text.startswith(RedisResolver.shorthand_prefixes):
         return "redis_index"
+    if text.startswith(S3Resolver.shorthand_prefixes):
+        return "s3"
     if text.startswith(_INDEX_MARK):
         return "path_index"
     if text.startswith((_PREFIX_MARK, *_HTTP_SCHEMES, "file://")):

@@ -190,6 +190,7 @@ class WarcLoader:
                 looked[resolver.describe()] = exc.message
                 continue
             for location in locations:
+                where = str(location)
                 try:
                     opened = await open_record(
                         location,
@@ -200,12 +201,12 @@ class WarcLoader:
                         inline_read_max_bytes=self.config.inline_read_max_bytes,
                     )
                 except ArchiveFileNotFound as exc:
-                    looked[location] = exc.errors.get(location, exc.message)
+                    looked[where] = exc.errors.get(where, exc.message)
                 except RecordFormatError as exc:
-                    looked[location] = exc.message
+                    looked[where] = exc.message
                     worst = RecordFormatError
                 except LoadError as exc:
-                    looked[location] = exc.message
+                    looked[where] = exc.message
                     if worst is ArchiveFileNotFound:
                         worst = LoadError
                 else:

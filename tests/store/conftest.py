@@ -1,4 +1,5 @@
-"""Fixtures for the snapshot store tests: a fresh store directory and an open store."""
+"""Fixtures for the snapshot store tests: a fresh store directory and an open store;
+the SeaweedFS bucket replication copies to."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
+from tests.storage.seaweedfs import SeaweedFS, run_in_thread
+from tests.store.replication_support import BUCKET
 
 
 @pytest.fixture
@@ -31,3 +34,10 @@ async def store(settings: StoreSettings) -> AsyncIterator[Store]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture(scope="session")
+def replication_bucket(seaweedfs: SeaweedFS) -> str:
+    """The bucket replication tests copy to (each test under a prefix of its own)."""
+    run_in_thread(seaweedfs.create_bucket(BUCKET))
+    return BUCKET

@@ -1,0 +1,208 @@
+"""Many machines, no shared disk (issue 13 §5), end to end and all real: a recording
+``gateway serve`` stores live captures; ``gateway store replicate`` copies each closed
+WARC file to SeaweedFS and, once it is safe there, publishes its CDXJ lines to a
+Redis sorted set; a second ``gateway serve``, in a directory of its own with a
+config naming only Redis and the S3 prefix, serves those captures. A capture whose
+file is still open is not served there until its file is closed and replicated."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Final
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.conftest import free_port
+from tests.storage.seaweedfs import SeaweedFS
+from tests.store.replication_support import (
+    REPO,
+    closed_files,
+    gateway_store,
+    s3_place,
+    write_config,
+)
+
+START_TIMEOUT_S: Final = 60.0
+#: Pages that fill a WARC file each (``rollover_bytes`` 10 kB): closed at once.
+PAGES: Final = 3
+
+
+def _page(number: int) -> str:
+    """Page ``number``: 30 kB for the first PAGES (each fills a WARC file), then small."""
+    size = 15_000 if number < PAGES else 500
+    noise = random.Random(number).randbytes(size).hex()  # gzips to about half
+    return f"<html>live page {number} {noise}</html>"
+
+
+@pytest.fixture
+async def live_web() -> AsyncIterator[str]:
+    """The live web on 127.0.0.1: ``/page/N`` answers a page unique to N (30 kB)."""
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=_page(int(request.match_info["n"])), content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/page/{n}", page)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.close()
+
+
+class _Gateway:
+    """``gateway serve`` in a process of its own, output to files in ``workdir``."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, base: str, workdir: Path) -> None:
+        self.proc = proc
+        self.base = base
+        self.workdir = workdir
+
+    @classmethod
+    async def start(cls, config: Path, workdir: Path, session: aiohttp.ClientSession) -> _Gateway:
+        port = free_port()
+        with (workdir / "stderr.log").open("ab") as err:
+            proc = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)),
+                *("--host", "127.0.0.1", "--port", str(port)),
+                cwd=workdir,
+                env=dict(os.environ, PYTHONPATH=str(REPO)),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=err,
+            )
+        gateway = cls(proc, f"http://127.0.0.1:{port}", workdir)
+        deadline = asyncio.get_running_loop().time() + START_TIMEOUT_S
+        while True:
+            assert proc.returncode is None, f"gateway serve exited: {gateway.logs()}"
+            try:
+                async with session.get(f"{gateway.base}/_ready") as answer:
+                    if answer.status == 200:
+                        return gateway
+            except aiohttp.ClientConnectionError:
+                pass
+            assert asyncio.get_running_loop().time() < deadline, gateway.logs()
+            await asyncio.sleep(0.1)
+
+    def logs(self) -> str:
+        return (self.workdir / "stderr.log").read_text("utf-8", errors="replace")[-3000:]
+
+    async def stop(self) -> int:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), 60)
+
+
+async def _replicate(config: Path) -> str:
+    done = await asyncio.to_thread(
+        gateway_store, ["replicate", "--once", "--no-progress", "--config", str(config)]
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+async def _recorded(root: Path, count: int) -> None:
+    """Wait until the store has indexed ``count`` response records (recording is acked
+    after the client got its answer)."""
+    import sqlite3
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        with sqlite3.connect(root / "index.sqlite3") as conn:
+            (n,) = conn.execute(
+                "SELECT COUNT(*) FROM captures WHERE rec_type = 'response'"
+            ).fetchone()
+        if n >= count:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{n} of {count} recorded"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.timeout(300)
+async def test_a_fleet_gateway_serves_what_a_recording_host_stored(
+    tmp_path: Path,
+    live_web: str,
+    s3_env: SeaweedFS,
+    replication_bucket: str,
+    redis_server: str,
+) -> None:
+    host = tmp_path / "recording-host"
+    fleet = tmp_path / "fleet-host"
+    host.mkdir()
+    fleet.mkdir()
+    root = host / "store"
+    key = f"fleet:{uuid.uuid4().hex}:cdxj"
+    place = s3_place(s3_env.endpoint)
+    recorder = write_config(
+        host / "record.yaml",
+        root,
+        [place],
+        copies=2,
+        publish={"redis": f"{redis_server}/0/{key}"},
+        collections={
+            "rec": {"index": {"type": "live", "allow_private_networks": True}, "record": True}
+        },
+    )
+    settings = yaml.safe_load(recorder.read_text())
+    settings["store"]["rollover_bytes"] = 10_000  # a file per capture
+    recorder.write_text(yaml.safe_dump(settings))
+    spec = place.spec
+    resource = f"s3+{spec['endpoint']}/{spec['bucket']}/{spec['prefix']}"
+    serving = fleet / "serve.yaml"
+    serving.write_text(
+        yaml.safe_dump(
+            {"collections": {"archive": {"index": f"{redis_server}/0/{key}", "resource": resource}}}
+        )
+    )
+    assert str(root) not in serving.read_text()  # nothing of the store's disk
+
+    async with aiohttp.ClientSession() as session:
+        writer = await _Gateway.start(recorder, host, session)
+        reader = await _Gateway.start(serving, fleet, session)
+        try:
+            for n in range(PAGES + 1):  # the last page is small: its file stays open
+                url = f"{live_web}/page/{n}"
+                async with session.get(f"{writer.base}/rec/resource", params={"url": url}) as r:
+                    assert r.status == 200, await r.text()
+            await _recorded(root, PAGES + 1)
+            assert len(closed_files(root)) == PAGES
+            out = await _replicate(recorder)
+            assert f"published {PAGES} capture(s) of {PAGES} file(s)" in out
+            for n in range(PAGES + 1):
+                url = f"{live_web}/page/{n}"
+                async with session.get(
+                    f"{reader.base}/archive/resource", params={"url": url}
+                ) as answer:
+                    body = await answer.read()
+                    if n < PAGES:
+                        assert answer.status == 200, body[:500]
+                        assert _page(n).encode() in body
+                        assert answer.headers["Warcserver-Source-Coll"] == "archive"
+                    else:
+                        assert answer.status == 404, "its file is still open: not published"
+            async with session.get(
+                f"{reader.base}/archive/index", params={"url": f"{live_web}/page/0"}
+            ) as index:
+                line = await index.text()
+            assert '"filename": "gateway-' in line
+            assert await writer.stop() == 0  # closes the last file
+            out = await _replicate(recorder)
+            assert "published 1 capture(s) of 1 file(s)" in out
+            url = f"{live_web}/page/{PAGES}"
+            async with session.get(f"{reader.base}/archive/resource", params={"url": url}) as r:
+                assert r.status == 200
+                assert _page(PAGES).encode() in await r.read()
+        finally:
+            await writer.stop()
+            await reader.stop()
