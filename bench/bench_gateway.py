@@ -19,13 +19,20 @@ gateway then pywb for each row, at each connection count:
   gzip member, 5,988-byte HTTP response block, ~6.4 KB served),
 - ``resource 225 KB``: ``OpenSans-Bold.ttf`` at 20140126200625 (117,166-byte
   member, 224,888-byte HTTP response block),
+- ``resource 225 KB, compress=gzip``: the same with pywb's ``compress=gzip``
+  (the gateway sends the stored member; pywb inflates and deflates),
 
 and, unless ``--no-extra``: ``index 1 URL`` with ``Connection: close`` at the
 first connection count, and stock pywb (no TCP_NODELAY) on ``index 1 URL``.
 
+A third server, the **floor** (:mod:`bench.floor`: a bare aiohttp handler
+on the gateway's interpreter and loop replaying the gateway's own answers,
+fetched before the runs), is loaded the same way. ``--workers N`` runs the
+gateway with ``gateway serve --workers N``.
+
 Prints the machine, then per row req/s, p50 and p99 (ms) of each server, the
-ratios gateway/pywb req/s and pywb/gateway p99, and each server's CPU use
-(1.0 = one core). wrk shares the machine's cores with the server under load.
+ratios gateway/pywb and gateway/floor req/s and pywb/gateway p99, and each
+server's CPU use (1.0 = one core). wrk shares the machine's cores with the server under load.
 Speed is measured here, never asserted in tests.
 """
 
@@ -43,6 +50,7 @@ from bench.harness import (
     markdown_table,
     print_machine,
     run_wrk,
+    start_floor,
     start_gateway,
     start_pywb,
 )
@@ -55,6 +63,7 @@ from bench.workloads import (
     Runner,
     check_answers,
     emit,
+    floor_answers,
     mix_paths,
     pair_row,
     quote,
@@ -73,6 +82,10 @@ def rows() -> list[Row]:
             "resource 6 KB", (f"/{COLL}/resource?url=http://www.iana.org/&closest=20140126200624",)
         ),
         Row("resource 225 KB", (f"/{COLL}/resource?url={quote(BOLD_TTF)}&closest=20140126200625",)),
+        Row(
+            "resource 225 KB, compress=gzip",
+            (f"/{COLL}/resource?url={quote(BOLD_TTF)}&closest=20140126200625&compress=gzip",),
+        ),
     ]
 
 
@@ -123,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-extra", action="store_true", help="skip the Connection: close and stock pywb rows"
     )
     parser.add_argument("--only", nargs="*", help="run only rows whose name starts with these")
+    parser.add_argument("--workers", type=int, default=1, help="gateway serve --workers N")
     parser.add_argument(
         "--profile",
         type=Path,
@@ -143,12 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     profiles: list[tuple[str, WrkResult, Profile]] = []
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as tmp:
         runner = Runner(args.duration, args.threads, args.quiet_wait, Path(tmp), args.repeat)
-        gateway = start_gateway(gateway_yaml(), runner.workdir)
+        gateway = start_gateway(gateway_yaml(), runner.workdir, workers=args.workers)
         pywb = start_pywb(pywb_config(), runner.workdir)
+        floor = start_floor(floor_answers(gateway, rows()), runner.workdir)
         try:
             for row in workload:
-                check_answers((gateway, pywb), row)
-            for server in (gateway, pywb):
+                check_answers((gateway, pywb, floor), row)
+            for server in (gateway, pywb, floor):
                 run_wrk(
                     server,
                     first.paths,
@@ -158,12 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             for row in workload:
                 for conns in args.connections:
-                    gw, pw = runner.runs((gateway, pywb), row, conns)
-                    emit(table, pair_row(row.name, conns, gw, pw))
+                    gw, pw, fl = runner.runs((gateway, pywb, floor), row, conns)
+                    emit(table, pair_row(row.name, conns, gw, pw, fl))
             if not args.no_extra:
                 closed = Row(first.name + ", Connection: close", first.paths, close=True)
-                gw, pw = runner.runs((gateway, pywb), closed, conns0)
-                emit(table, pair_row(closed.name, conns0, gw, pw))
+                gw, pw, fl = runner.runs((gateway, pywb, floor), closed, conns0)
+                emit(table, pair_row(closed.name, conns0, gw, pw, fl))
             if args.profile:
                 try:
                     profiles = profile_rows(gateway, workload, args.profile, conns0, runner)
@@ -172,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             gateway.stop()
             pywb.stop()
+            floor.stop()
         if not args.no_extra:
             stock = start_pywb(pywb_config(), runner.workdir, nodelay=False, name="pywb-stock")
             try:

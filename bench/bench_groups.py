@@ -54,6 +54,7 @@ from bench.harness import (
     markdown_table,
     print_machine,
     run_wrk,
+    start_floor,
     start_gateway,
     start_pywb,
 )
@@ -66,6 +67,7 @@ from bench.workloads import (
     Runs,
     check_answers,
     emit,
+    floor_answers,
     mix_paths,
     pair_row,
 )
@@ -305,9 +307,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             pywb = start_pywb({"collections": colls}, work)
             servers.append(pywb)
             rows = {name: Row(name, mix_paths(name)) for name in colls}
+            floor = start_floor(floor_answers(gateway, list(rows.values())), work)
+            servers.append(floor)
             for row in rows.values():
-                check_answers((gateway, pywb), row)
-            for server in (gateway, pywb):
+                check_answers((gateway, pywb, floor), row)
+            for server in (gateway, pywb, floor):
                 run_wrk(
                     server,
                     rows["group3"].paths,
@@ -326,9 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             results: dict[tuple[str, int], tuple[Runs, Runs]] = {}
             for coll, label, conns_list in plan:
                 for conns in conns_list:
-                    gw, pw = runner.runs((gateway, pywb), rows[coll], conns)
+                    gw, pw, fl = runner.runs((gateway, pywb, floor), rows[coll], conns)
                     results[coll, conns] = (gw, pw)
-                    emit(table, pair_row(f"{label}, mix 50", conns, gw, pw))
+                    emit(table, pair_row(f"{label}, mix 50", conns, gw, pw, fl))
             for group, member in (("group3", "local"), ("mixed", "remote")):
                 for conns in lat_conns:
                     if (group, conns) not in results or (member, conns) not in results:

@@ -1,7 +1,7 @@
 """Benchmark: CPU instructions per request, the gateway vs pywb 2.10, under callgrind.
 
     python -m bench.bench_instructions [--requests 1000] [--connections 16] [--only ROW...]
-                                       [--gateway-only] [--access-log]
+                                       [--servers gateway pywb floor] [--access-log]
 
 The wall-clock benchmarks (``bench_gateway.py``) vary by 20-35% from run to
 run on a shared VM. This one counts what does not vary: each server runs
@@ -11,8 +11,13 @@ under ``valgrind --tool=callgrind`` (one process each, as in
 both (``bench_gateway.rows()``, paths taken in turn), and for each row the
 counters are zeroed after a warm-up (``callgrind_control -z``) and dumped
 after ``--requests`` requests over ``--connections`` keep-alive connections
-(``callgrind_control -d``). Printed: thousands of instructions per request
-for each server and the ratio pywb / gateway.
+(``callgrind_control -d``). The third server is the floor
+(:mod:`bench.floor`: a bare aiohttp handler on the gateway's interpreter and
+loop replaying the gateway's answers). Rows: ``bench_gateway``'s, plus the
+50-lookup mix against a group of three local files and against a group of
+a local file and a remote CDX server (``bench_groups``). Printed: thousands
+of instructions per request for each server, pywb / gateway and gateway /
+floor.
 
 What the counts leave out: time in the kernel (socket reads and writes,
 ``pread``), cache misses and SIMD width (one AVX instruction of ISA-L's
@@ -34,13 +39,29 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Final
 
 from bench.bench_gateway import gateway_yaml, pywb_config, rows
-from bench.harness import HOST, Server, markdown_table, start_gateway, start_pywb
-from bench.workloads import Row, check_answers
+from bench.bench_groups import collections as group_collections
+from bench.bench_groups import gateway_yaml as group_yaml
+from bench.bench_groups import start_remote
+from bench.harness import (
+    HOST,
+    Server,
+    machine,
+    markdown_table,
+    print_machine,
+    start_floor,
+    start_gateway,
+    start_pywb,
+)
+from bench.workloads import IANA_CDXJ, Row, check_answers, floor_answers, mix_paths
 
 #: Starting Python and importing everything under callgrind takes a while.
-_STARTUP_TIMEOUT_S = 300.0
+_STARTUP_S = 300.0
+#: The servers measured, in order: the gateway, pywb 2.10, the bare aiohttp floor.
+SERVERS: Final = ("gateway", "pywb", "floor")
+_REMOTE_DELAY_MS: Final = 5.0
 _WARMUP_REQUESTS = 200
 _TOTALS = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d+)")
@@ -128,55 +149,128 @@ def _measure(
         server.stop()
 
 
+def _rows_and_configs(work: Path) -> tuple[list[Row], str, dict[str, object], Server]:
+    """Every row, the gateway's YAML and pywb's config for them, and the remote stand-in.
+
+    Adds to ``bench_gateway``'s collection the groups of ``bench_groups``:
+    ``group3`` (three local copies of ``iana.cdxj``) and ``mixed`` (one of
+    them and the remote CDX stand-in, which answers after ``_REMOTE_DELAY_MS``:
+    waiting costs no instructions).
+    """
+    files = []
+    for name in ("a", "b", "c"):
+        (work / name).mkdir()
+        files.append(work / name / "iana.cdxj")
+        shutil.copyfile(IANA_CDXJ, files[-1])
+    remote = start_remote(work, _REMOTE_DELAY_MS)
+    groups = {
+        name: spec
+        for name, spec in group_collections(files, f"cdx+{remote.base}/cdx").items()
+        if name in ("group3", "mixed")
+    }
+    workload = [
+        *rows(),
+        Row("group of 3 local, mix 50", mix_paths("group3")),
+        Row("local + remote group, mix 50", mix_paths("mixed")),
+    ]
+    yaml = gateway_yaml() + group_yaml(groups).removeprefix("collections:\n")
+    pywb = pywb_config()
+    pywb_colls = pywb["collections"]
+    assert isinstance(pywb_colls, dict)
+    pywb = {"collections": {**pywb_colls, **groups}}
+    return workload, yaml, pywb, remote
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--requests", type=int, default=1000, help="measured requests per row")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--only", nargs="*", help="run only rows whose name starts with these")
     parser.add_argument(
-        "--gateway-only", action="store_true", help="measure the gateway alone (no pywb)"
+        "--access-log", action="store_true", help="the gateway with its access log on"
     )
     parser.add_argument(
-        "--access-log", action="store_true", help="the gateway with its access log on"
+        "--servers",
+        nargs="+",
+        choices=SERVERS,
+        default=list(SERVERS),
+        help="measure only these servers (the others' columns print '-')",
     )
     args = parser.parse_args(argv)
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             print(f"{tool} is not installed: apt-get install valgrind", file=sys.stderr)
             return 2
-    workload = [r for r in rows() if not args.only or r.name.startswith(tuple(args.only))]
+    print_machine(machine())
     print(f"# callgrind, {args.requests} requests per row over {args.connections} connections")
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
         out_dir = Path(tmp)
+        every, yaml, pywb_conf, remote = _rows_and_configs(out_dir)
+        try:
+            workload = [r for r in every if not args.only or r.name.startswith(tuple(args.only))]
+            # The floor replays the gateway's answers: fetch them from a gateway
+            # running without callgrind.
+            plain = start_gateway(yaml, out_dir, name="gateway-answers")
+            try:
+                answers = floor_answers(plain, workload)
+            finally:
+                plain.stop()
 
-        def gateway(prefix: Sequence[str]) -> Server:
-            return start_gateway(
-                gateway_yaml(),
-                out_dir,
-                prefix=prefix,
-                startup_timeout_s=_STARTUP_TIMEOUT_S,
-                access_log=args.access_log,
-            )
+            def gateway(prefix: Sequence[str]) -> Server:
+                return start_gateway(
+                    yaml,
+                    out_dir,
+                    prefix=prefix,
+                    startup_timeout_s=_STARTUP_S,
+                    access_log=args.access_log,
+                )
 
-        def pywb(prefix: Sequence[str]) -> Server:
-            return start_pywb(
-                pywb_config(), out_dir, prefix=prefix, startup_timeout_s=_STARTUP_TIMEOUT_S
-            )
+            def pywb(prefix: Sequence[str]) -> Server:
+                return start_pywb(pywb_conf, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S)
 
-        ours = _measure(gateway, "gateway", workload, out_dir, args.requests, args.connections)
-        if args.gateway_only:
-            return 0
-        theirs = _measure(pywb, "pywb", workload, out_dir, args.requests, args.connections)
+            def floor(prefix: Sequence[str]) -> Server:
+                return start_floor(answers, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S)
+
+            starters = {"gateway": gateway, "pywb": pywb, "floor": floor}
+            found = {
+                name: _measure(
+                    starters[name], name, workload, out_dir, args.requests, args.connections
+                )
+                for name in SERVERS
+                if name in args.servers
+            }
+        finally:
+            remote.stop()
+
+    def count(server: str, row: Row) -> str:
+        value = found.get(server, {}).get(row.name)
+        return "-" if value is None else f"{value:,.1f}"
+
+    def ratio(top: str, bottom: str, row: Row, bold: bool) -> str:
+        a, b = found.get(top, {}).get(row.name), found.get(bottom, {}).get(row.name)
+        if a is None or b is None:
+            return "-"
+        return f"**{a / b:.2f}x**" if bold else f"{a / b:.2f}x"
+
     table = [
         [
             row.name,
-            f"{ours[row.name]:,.1f}",
-            f"{theirs[row.name]:,.1f}",
-            f"**{theirs[row.name] / ours[row.name]:.2f}x**",
+            count("gateway", row),
+            count("pywb", row),
+            count("floor", row),
+            ratio("pywb", "gateway", row, True),
+            ratio("gateway", "floor", row, False),
         ]
         for row in workload
     ]
-    header = ["workload", "gateway k instr/req", "pywb k instr/req", "pywb / gateway"]
+    header = [
+        "workload",
+        "gateway k instr/req",
+        "pywb k instr/req",
+        "floor k instr/req",
+        "pywb / gateway",
+        "gateway / floor",
+    ]
     print()
     print(markdown_table(header, table))
     return 0

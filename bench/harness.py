@@ -249,9 +249,18 @@ class Server:
         return f"http://{HOST}:{self.port}"
 
     def cpu_s(self) -> float:
-        """User + system CPU seconds the process has used so far (all its threads)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+        """User + system CPU seconds used so far by the process (all its threads) and
+        its live child processes (``--workers``)."""
+        pid = self.proc.pid
+        pids = [pid]
+        with contextlib.suppress(OSError):
+            pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        total = 0
+        for one in pids:
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        return total / _CLK_TCK
 
     def wait_ready(self, ready: Callable[[int], bool]) -> None:
         """Wait until ``ready(port)``; raise RuntimeError with the log when it never is."""
@@ -286,21 +295,67 @@ def start_gateway(
     *,
     prefix: Sequence[str] = (),
     startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    workers: int = 1,
     access_log: bool = False,
 ) -> Server:
     """``python -m gateway.cli serve`` on a free port; ready when ``/_health`` answers 200.
 
-    ``prefix`` is put before the command (``valgrind --tool=callgrind ...``).
-    ``access_log`` turns the gateway's access log on (off by default, as
-    pywb runs here with ``log=None``).
+    ``prefix`` is put before the command (``valgrind --tool=callgrind ...``);
+    ``workers`` above 1 adds ``--workers N``; ``access_log`` turns the
+    gateway's access log on (off by default, as pywb runs here with
+    ``log=None``).
     """
     config = workdir / f"{name}.yaml"
     config.write_text(config_yaml, "utf-8")
     port = free_port()
     argv = [*prefix, sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
     argv += ["--host", HOST, "--port", str(port)]
+    if workers > 1:
+        argv += ["--workers", str(workers)]
     if access_log:
         argv.append("--access-log")
+    server = Server(name, argv, workdir, port, startup_timeout_s=startup_timeout_s)
+    server.wait_ready(lambda p: (http_get(p, "/_health") or (0, b""))[0] == 200)
+    return server
+
+
+def fetch_answer(port: int, path: str, timeout_s: float = 10.0) -> dict[str, object]:
+    """The answer to ``GET path`` as :mod:`bench.floor` replays it (type, body, encoding).
+
+    Raises RuntimeError unless the answer is a 200.
+    """
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"GET {path}: status {response.status}: {body[:300]!r}")
+        headers = {}
+        if response.getheader("Content-Encoding"):
+            headers["Content-Encoding"] = response.getheader("Content-Encoding")
+        return {
+            "content_type": response.getheader("Content-Type") or "application/octet-stream",
+            "body_hex": body.hex(),
+            "headers": headers,
+        }
+    finally:
+        conn.close()
+
+
+def start_floor(
+    answers: dict[str, dict[str, object]],
+    workdir: Path,
+    name: str = "floor",
+    *,
+    prefix: Sequence[str] = (),
+    startup_timeout_s: float = STARTUP_TIMEOUT_S,
+) -> Server:
+    """The bare aiohttp floor (:mod:`bench.floor`) replaying ``answers``, on a free port."""
+    path = workdir / f"{name}-answers.json"
+    path.write_text(json.dumps(answers), "utf-8")
+    port = free_port()
+    argv = [*prefix, sys.executable, "-m", "bench.floor", str(path), str(port)]
     server = Server(name, argv, workdir, port, startup_timeout_s=startup_timeout_s)
     server.wait_ready(lambda p: (http_get(p, "/_health") or (0, b""))[0] == 200)
     return server

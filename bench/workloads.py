@@ -3,8 +3,10 @@
 A :class:`Row` is a named list of request paths wrk rotates over; a
 :class:`Runner` measures one row on one server with the command-line
 settings (after waiting for other load on the machine to stop);
-:func:`pair_row` formats a gateway and a pywb result side by side with their
-ratios (gateway/pywb req/s, pywb/gateway p99).
+:func:`pair_row` formats a gateway, a pywb and a floor result side by side
+with their ratios (gateway/pywb and gateway/floor req/s, pywb/gateway p99);
+the floor is a bare aiohttp server replaying the gateway's answers
+(:mod:`bench.floor`, :func:`floor_answers`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from bench.harness import SAMPLE_DIR, Server, WrkResult, http_get, run_wrk, wait_quiet
+from bench.harness import (
+    SAMPLE_DIR,
+    Server,
+    WrkResult,
+    fetch_answer,
+    http_get,
+    run_wrk,
+    wait_quiet,
+)
 
 IANA_CDXJ: Final = SAMPLE_DIR / "cdxj" / "iana.cdxj"
 WARCS: Final = SAMPLE_DIR / "warcs"
@@ -147,54 +157,65 @@ HEADER: Final = (
     "conns",
     "gateway req/s",
     "pywb req/s",
+    "floor req/s",
     "req/s gw/pywb",
+    "req/s gw/floor",
     "gw p50 ms",
     "pywb p50 ms",
+    "floor p50 ms",
     "gw p99 ms",
     "pywb p99 ms",
+    "floor p99 ms",
     "p99 pywb/gw",
-    "server CPU gw / pywb",
-    "other load gw / pywb",
+    "server CPU gw / pywb / floor",
+    "other load gw / pywb / floor",
 )
 
 
-def pair_row(label: str, conns: int, gw: Runs | None, pw: Runs) -> list[str]:
-    """Cells of one :data:`HEADER` row (medians over runs); ``gw`` None for a pywb-only row.
+def pair_row(
+    label: str, conns: int, gw: Runs | None, pw: Runs, floor: Runs | None = None
+) -> list[str]:
+    """Cells of one :data:`HEADER` row (medians over runs); ``gw`` None for a pywb-only
+    row, ``floor`` None when the bare aiohttp floor (:mod:`bench.floor`) was not run.
 
     CPU columns are CPU seconds per wall second (1.0 = one core): the server
     under load, and every process other than that server and wrk.
     """
-    pw_p50, pw_p99 = f"{pw.p50_ms:.2f}", f"{pw.p99_ms:.2f}"
-    if gw is None:
-        cpu, other = f"- / {pw.server_cpu:.2f}", f"- / {pw.other_cpu:.2f}"
-        return [
-            label,
-            str(conns),
-            "-",
-            pw.rps_cell(),
-            "-",
-            "-",
-            pw_p50,
-            "-",
-            pw_p99,
-            "-",
-            cpu,
-            other,
-        ]
+
+    def cell(runs: Runs | None, text: str) -> str:
+        return "-" if runs is None else text
+
+    def ms(runs: Runs | None, value: str) -> str:
+        return "-" if runs is None else f"{getattr(runs, value):.2f}"
+
+    def cpu(field: str) -> str:
+        return " / ".join(
+            "-" if runs is None else f"{getattr(runs, field):.2f}" for runs in (gw, pw, floor)
+        )
+
     return [
         label,
         str(conns),
-        gw.rps_cell(),
+        cell(gw, gw.rps_cell() if gw else ""),
         pw.rps_cell(),
-        f"**{gw.requests_per_s / pw.requests_per_s:.2f}x**",
-        f"{gw.p50_ms:.2f}",
-        pw_p50,
-        f"{gw.p99_ms:.2f}",
-        pw_p99,
-        f"**{pw.p99_ms / gw.p99_ms:.2f}x**",
-        f"{gw.server_cpu:.2f} / {pw.server_cpu:.2f}",
-        f"{gw.other_cpu:.2f} / {pw.other_cpu:.2f}",
+        cell(floor, floor.rps_cell() if floor else ""),
+        cell(gw, f"**{gw.requests_per_s / pw.requests_per_s:.2f}x**" if gw else ""),
+        "-" if gw is None or floor is None else f"{gw.requests_per_s / floor.requests_per_s:.2f}x",
+        ms(gw, "p50_ms"),
+        ms(pw, "p50_ms"),
+        ms(floor, "p50_ms"),
+        ms(gw, "p99_ms"),
+        ms(pw, "p99_ms"),
+        ms(floor, "p99_ms"),
+        cell(gw, f"**{pw.p99_ms / gw.p99_ms:.2f}x**" if gw else ""),
+        cpu("server_cpu"),
+        cpu("other_cpu"),
     ]
+
+
+def floor_answers(server: Server, rows: Sequence[Row]) -> dict[str, dict[str, object]]:
+    """What ``server`` (the gateway) answers for every path of ``rows``, for :mod:`bench.floor`."""
+    return {path: fetch_answer(server.port, path) for row in rows for path in row.paths}
 
 
 def emit(table: list[list[str]], cells: list[str]) -> None:

@@ -80,6 +80,23 @@ class Lookup:
     def __aiter__(self) -> AsyncIterator[CdxRecord]:
         return _Answer(self)
 
+    def in_memory(self) -> list[CdxRecord] | None:
+        """Every record of the answer at once when they are all in memory (a local
+        lookup that finished without waiting, a merged group), else None.
+
+        Call it before iterating; the records are then taken out of ``records``.
+        """
+        records = self.records
+        if not isinstance(records, cdxops.RecordList):
+            return None
+        rest = records.remaining()
+        first = self.first
+        if first is None:
+            return rest
+        self.first = None
+        rest.insert(0, first)
+        return rest
+
     async def aclose(self) -> None:
         """Stop the underlying stream early (releases files and connections)."""
         close = getattr(self.records, "aclose", None)
@@ -327,7 +344,40 @@ class IndexGroup:
             breaker.check(member.name)
         except SourceSkipped as exc:
             return _failed(member.name, exc.reason)
-        stream = cdxops.process(member.lookup(query), query, tag=member.name)
+        records = member.lookup(query)
+        stream: AsyncIterator[CdxRecord]
+        if isinstance(records, cdxops.LocalScan):
+            # A local file: take its answer at once, up to the scan's first checkpoint.
+            scan = cdxops.process_scan(records.scan, query, tag=member.name)
+            taken: list[CdxRecord] = []
+            try:
+                for record in scan:
+                    if record is None:
+                        break  # a long scan: the rest streams (ResumedScan)
+                    taken.append(record)
+                else:
+                    breaker.record_success()
+                    return Lookup(
+                        cdxops.RecordList(taken[1:]),
+                        first=taken[0] if taken else None,
+                        outcomes={member.name: "ok"},
+                        streamed_from=member.name,
+                    )
+            except SourceError as exc:
+                if not taken:
+                    return _failed(member.name, self._fail(member, exc).reason)
+                # As a streamed answer that fails after its first record: what came is served.
+                logger.warning("source %s failed mid-stream: %s", member.name, exc.reason)
+                breaker.record_success()
+                return Lookup(
+                    cdxops.RecordList(taken[1:]),
+                    first=taken[0],
+                    outcomes={member.name: "ok"},
+                    streamed_from=member.name,
+                )
+            stream = cdxops.ResumedScan(taken, scan)
+        else:
+            stream = cdxops.process(records, query, tag=member.name)
         try:
             remaining_s = max(deadline - asyncio.get_running_loop().time(), 0.0)
             first = await _first_within(stream, remaining_s)

@@ -24,7 +24,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable, 
 from gateway.cdxj import CdxRecord
 from gateway.query import CaptureQuery
 
-__all__ = ["LocalScan", "RecordList", "merge_sorted", "process", "timestamp_to_seconds"]
+__all__ = [
+    "LocalScan",
+    "RecordList",
+    "ResumedScan",
+    "merge_sorted",
+    "process",
+    "process_scan",
+    "timestamp_to_seconds",
+]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -79,123 +87,143 @@ def process(
     return _process(records, query, tag)
 
 
-async def _process(
-    records: AsyncIterator[CdxRecord], query: CaptureQuery, tag: str | None
-) -> AsyncGenerator[CdxRecord, None]:
-    filters = query.filters
-    from_ts, to_ts = query.from_ts, query.to_ts
-    count = query.limit
-    closest = query.closest if query.sort == "closest" else None
-    reverse = query.sort == "reverse"
-    target = timestamp_to_seconds(closest) if closest else 0
-    resolve = _RevisitResolver() if query.resolve_revisits else None
-    collapse_time = query.collapse_time
-    last_token: tuple[str, str] | None = None
-    # closest: max-heap of the best `count` by (distance, input position), negated.
-    best: list[tuple[int, int, CdxRecord]] = []
-    tail: deque[CdxRecord] = deque(maxlen=max(count, 0))
-    position = 0  # input position of the next record taken for closest
+class _Selection:
+    """The per-record part of :func:`process`: tag, filter, clamp, then keep
+    (closest, reverse) or pass on (plain order) each record."""
 
-    def take(record: CdxRecord) -> bool:
+    __slots__ = (
+        "best",
+        "closest",
+        "collapse_time",
+        "count",
+        "filters",
+        "from_ts",
+        "last_token",
+        "position",
+        "resolve",
+        "reverse",
+        "tag",
+        "tail",
+        "target",
+        "to_ts",
+    )
+
+    def __init__(self, query: CaptureQuery, tag: str | None) -> None:
+        self.filters = query.filters
+        self.from_ts, self.to_ts = query.from_ts, query.to_ts
+        self.count = query.limit
+        self.closest = query.closest if query.sort == "closest" else None
+        self.reverse = query.sort == "reverse"
+        self.target = timestamp_to_seconds(self.closest) if self.closest else 0
+        self.tag = tag
+        self.resolve = _RevisitResolver() if query.resolve_revisits else None
+        self.collapse_time = query.collapse_time
+        self.last_token: tuple[str, str] | None = None
+        # closest: max-heap of the best `count` by (distance, input position), negated.
+        self.best: list[tuple[int, int, CdxRecord]] = []
+        self.tail: deque[CdxRecord] = deque(maxlen=max(self.count, 0))
+        self.position = 0  # input position of the next record taken for closest
+
+    def take(self, record: CdxRecord) -> bool:
         """Tag, filter and clamp ``record``; True when it goes out at once (plain order)."""
-        nonlocal position, last_token
-        if tag is not None:
-            record.tag(tag)
-        if resolve is not None:
-            resolve(record)
+        if self.tag is not None:
+            record.tag(self.tag)
+        if self.resolve is not None:
+            self.resolve(record)
+        filters = self.filters
         if filters and not all(check(record) for check in filters):
             return False
         timestamp = record.timestamp
+        from_ts, to_ts = self.from_ts, self.to_ts
         if (from_ts and timestamp < from_ts) or (to_ts and timestamp > to_ts):
             return False
-        if collapse_time is not None:
-            token = (timestamp[:collapse_time], record.status)
-            if token == last_token:
+        if self.collapse_time is not None:
+            token = (timestamp[: self.collapse_time], record.status)
+            if token == self.last_token:
                 return False
-            last_token = token
-        if closest:
-            item = (-abs(timestamp_to_seconds(timestamp) - target), -position, record)
-            position += 1
-            if len(best) < count:
+            self.last_token = token
+        if self.closest:
+            distance = abs(timestamp_to_seconds(timestamp) - self.target)
+            item = (-distance, -self.position, record)
+            self.position += 1
+            best = self.best
+            if len(best) < self.count:
                 heapq.heappush(best, item)
             elif item > best[0]:
                 heapq.heapreplace(best, item)
             return False
-        if reverse:
-            tail.append(record)
+        if self.reverse:
+            self.tail.append(record)
             return False
         return True
 
-    seen = 0
+    def kept(self) -> Iterator[CdxRecord]:
+        """What closest or reverse kept, in answer order (nothing for plain order)."""
+        if self.closest:
+            for _, _, record in sorted(self.best, key=lambda item: (-item[0], -item[1])):
+                yield record
+        elif self.reverse:
+            tail = self.tail
+            while tail:
+                yield tail.pop()
+
+
+def process_scan(
+    scan: Generator[CdxRecord | None, None, None], query: CaptureQuery, *, tag: str | None = None
+) -> Generator[CdxRecord | None, None, None]:
+    """:func:`process` over a :class:`LocalScan`'s generator, as a plain generator.
+
+    Yields the answer's records in order and passes on the scan's ``None``
+    checkpoints (the caller gives the event loop a turn there). Closes
+    ``scan`` when it ends, fails or is closed.
+    """
+    selection = _Selection(query, tag)
+    count, seen = selection.count, 0
+    take = selection.take
     try:
         if count <= 0:
             return
+        for record in scan:
+            if record is None:
+                yield None
+            elif take(record):
+                yield record
+                seen += 1
+                if seen >= count:
+                    return
+        yield from selection.kept()
+    finally:
+        scan.close()
+
+
+async def _process(
+    records: AsyncIterator[CdxRecord], query: CaptureQuery, tag: str | None
+) -> AsyncGenerator[CdxRecord, None]:
+    try:
         if isinstance(records, LocalScan):
             # Records of a local file: no await per record, only at checkpoints.
-            for record in records.scan:
+            for record in process_scan(records.scan, query, tag=tag):
                 if record is None:
                     await asyncio.sleep(0)
-                elif take(record):
+                else:
                     yield record
-                    seen += 1
-                    if seen >= count:
-                        return
-        else:
-            async for record in records:
-                if take(record):
-                    yield record
-                    seen += 1
-                    if seen >= count:
-                        return
-        if closest:
-            for _, _, record in sorted(best, key=lambda item: (-item[0], -item[1])):
+            return
+        selection = _Selection(query, tag)
+        count, seen = selection.count, 0
+        if count <= 0:
+            return
+        async for record in records:
+            if selection.take(record):
                 yield record
-        elif reverse:
-            while tail:
-                yield tail.pop()
+                seen += 1
+                if seen >= count:
+                    return
+        for record in selection.kept():
+            yield record
     finally:
         close = getattr(records, "aclose", None)
         if close is not None:
             await close()
-
-
-#: Fields of the original a resolved revisit line gets as ``orig.*`` (pywb ``ORIG_TUPLE``).
-_ORIG_FIELDS = ("length", "offset", "filename")
-
-
-class _RevisitResolver:
-    """pywb's ``cdx_resolve_revisits`` over one ascending stream.
-
-    The first non-revisit capture of each payload digest is its original; a
-    later revisit (``mime`` ``warc/revisit``, or no ``filename``) with that
-    digest takes the original's ``mime`` and ``status`` (where it has those
-    fields) and gets ``orig.length``, ``orig.offset`` and ``orig.filename``
-    from it; every other line gets ``-`` for the three.
-    """
-
-    __slots__ = ("_originals",)
-
-    def __init__(self) -> None:
-        self._originals: dict[str, CdxRecord] = {}
-
-    def __call__(self, record: CdxRecord) -> None:
-        fields = record.fields
-        is_revisit = fields.get("mime") == "warc/revisit" or fields.get("filename") == "-"
-        digest = fields.get("digest", "")
-        original = self._originals.get(digest) if digest else None
-        if digest and original is None and not is_revisit:
-            self._originals[digest] = record
-        if original is not None and is_revisit:
-            found = original.fields
-            if "mime" in fields:
-                fields["mime"] = found.get("mime", "")
-            if "status" in fields:
-                fields["status"] = found.get("status", "")
-            for name in _ORIG_FIELDS:
-                fields["orig." + name] = found.get(name, "-")
-        else:
-            for name in _ORIG_FIELDS:
-                fields["orig." + name] = "-"
 
 
 class LocalScan:
@@ -284,5 +312,78 @@ class RecordList:
             raise StopAsyncIteration
         return record
 
+    def remaining(self) -> list[CdxRecord]:
+        """Every record not yet iterated, at once (the list is then empty)."""
+        records = list(self._records)
+        self._records = iter(())
+        return records
+
     async def aclose(self) -> None:
         self._records = iter(())
+
+
+class ResumedScan:
+    """An async iterator over records already taken from a :func:`process_scan`
+    generator, then the rest of that generator as a :class:`LocalScan`
+    (awaiting a turn of the event loop at its checkpoints). ``aclose``
+    closes the generator."""
+
+    __slots__ = ("_rest", "_taken")
+
+    def __init__(
+        self, taken: list[CdxRecord], scan: Generator[CdxRecord | None, None, None]
+    ) -> None:
+        self._taken: Iterator[CdxRecord] = iter(taken)
+        self._rest = LocalScan(scan)
+
+    def __aiter__(self) -> ResumedScan:
+        return self
+
+    async def __anext__(self) -> CdxRecord:
+        record = next(self._taken, None)
+        if record is not None:
+            return record
+        return await self._rest.__anext__()
+
+    async def aclose(self) -> None:
+        self._taken = iter(())
+        self._rest.close()
+
+
+#: Fields of the original a resolved revisit line gets as ``orig.*`` (pywb ``ORIG_TUPLE``).
+_ORIG_FIELDS = ("length", "offset", "filename")
+
+
+class _RevisitResolver:
+    """pywb's ``cdx_resolve_revisits`` over one ascending stream.
+
+    The first non-revisit capture of each payload digest is its original; a
+    later revisit (``mime`` ``warc/revisit``, or no ``filename``) with that
+    digest takes the original's ``mime`` and ``status`` (where it has those
+    fields) and gets ``orig.length``, ``orig.offset`` and ``orig.filename``
+    from it; every other line gets ``-`` for the three.
+    """
+
+    __slots__ = ("_originals",)
+
+    def __init__(self) -> None:
+        self._originals: dict[str, CdxRecord] = {}
+
+    def __call__(self, record: CdxRecord) -> None:
+        fields = record.fields
+        is_revisit = fields.get("mime") == "warc/revisit" or fields.get("filename") == "-"
+        digest = fields.get("digest", "")
+        original = self._originals.get(digest) if digest else None
+        if digest and original is None and not is_revisit:
+            self._originals[digest] = record
+        if original is not None and is_revisit:
+            found = original.fields
+            if "mime" in fields:
+                fields["mime"] = found.get("mime", "")
+            if "status" in fields:
+                fields["status"] = found.get("status", "")
+            for name in _ORIG_FIELDS:
+                fields["orig." + name] = found.get(name, "-")
+        else:
+            for name in _ORIG_FIELDS:
+                fields["orig." + name] = "-"

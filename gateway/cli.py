@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import asyncio
     import socket
 
+    from gateway.aggregate import Collection
+    from gateway.clients import SharedClients
     from gateway.config import GatewayConfig
 
 __all__ = ["main"]
@@ -52,13 +54,12 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
-    from aiohttp import web
-
-    from gateway.app import build_collections, create_app
+    from gateway.app import build_collections
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
-    from gateway.logs import access_logger, configure_logging
+    from gateway.logs import configure_logging
     from gateway.store.errors import StoreError
+    from gateway.workers import store_conflict
 
     try:
         config = _load(args.config)
@@ -66,6 +67,10 @@ def _serve(args: argparse.Namespace) -> int:
         collections = build_collections(config, clients)
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    conflict = store_conflict(config, args.workers)
+    if conflict is not None:
+        print(f"gateway: {conflict}", file=sys.stderr)
         return 2
     try:
         sock = _listen(args.host, args.port)
@@ -76,29 +81,86 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return 2
     configure_logging(args.log_level, args.log_format)
-    app = create_app(config, collections=collections, clients=clients)
-    app.on_startup.append(_freeze_heap)
+    names = ", ".join(collections) or "(no collections)"
+    if args.workers > 1:
+        return _serve_workers(args, config, names, sock)
     # A log record, so that with --log-format json every line of standard error is JSON.
     logging.getLogger("gateway.cli").info(
         "serving %s on http://%s:%d/ (open it in a browser, or ask /openapi.json)",
-        ", ".join(collections) or "(no collections)",
+        names,
         args.host,
         args.port,
     )
     try:
-        web.run_app(
-            app,
-            sock=sock,
-            handler_cancellation=True,
-            access_log=access_logger(args.access_log),
-            access_log_format=args.access_log or "",
-            print=None,
-            loop=_new_loop(),
-        )
+        _run_app(config, collections, clients, args, sock=sock)
     except StoreError as exc:  # the store cannot be opened (in use, newer, unreadable)
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_app(
+    config: GatewayConfig,
+    collections: dict[str, Collection],
+    clients: SharedClients,
+    args: argparse.Namespace,
+    *,
+    sock: socket.socket,
+    parent: int | None = None,
+) -> None:
+    """Serve ``config`` on ``sock`` in this process until SIGINT/SIGTERM.
+
+    ``parent``: the supervisor's pid when this process is one of
+    ``--workers`` (the worker stops when it goes away).
+    """
+    from aiohttp import web
+
+    from gateway.app import create_app
+    from gateway.logs import access_logger
+
+    app = create_app(config, collections=collections, clients=clients)
+    app.on_startup.append(_freeze_heap)
+    if parent is not None:
+        from gateway.workers import watch_parent
+
+        watch_parent(app, parent)
+    web.run_app(
+        app,
+        sock=sock,
+        handler_cancellation=True,
+        access_log=access_logger(args.access_log),
+        access_log_format=args.access_log or "",
+        print=None,
+        loop=_new_loop(),
+    )
+
+
+def _serve_workers(
+    args: argparse.Namespace, config: GatewayConfig, names: str, sock: socket.socket
+) -> int:
+    """``--workers N``: ``sock`` is bound once, N processes serve it (:mod:`gateway.workers`)."""
+    import logging
+
+    from gateway.app import build_collections
+    from gateway.clients import SharedClients
+    from gateway.workers import Supervisor
+
+    def serve(sock: socket.socket, index: int, parent: int) -> None:
+        clients = SharedClients(config.client)
+        collections = build_collections(config, clients)
+        _run_app(config, collections, clients, args, sock=sock, parent=parent)
+
+    logging.getLogger("gateway.cli").info(
+        "serving %s on http://%s:%d/ with %d worker processes",
+        names,
+        args.host,
+        args.port,
+        args.workers,
+    )
+    try:
+        return Supervisor(sock, args.workers, serve).run()
+    finally:
+        sock.close()
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -113,7 +175,7 @@ def _listen(host: str, port: int) -> socket.socket:
     family, _type, _proto, _name, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     )[0]
-    return socket.create_server(address[:2], family=family)
+    return socket.create_server(address[:2], family=family, backlog=1024)
 
 
 async def _freeze_heap(app: object) -> None:
@@ -223,6 +285,15 @@ def _index(args: argparse.Namespace) -> int:
     return 1 if report.problems else 0
 
 
+def _workers_arg(text: str) -> int:
+    from gateway.workers import parse_workers
+
+    try:
+        return parse_workers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gateway", description="Web-archive gateway: Index, Resource and Memento APIs."
@@ -234,6 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
     add_logging_arguments(serve)
+    serve.add_argument(
+        "--workers",
+        type=_workers_arg,
+        default=1,
+        metavar="N",
+        help="processes serving the port, each with its own event loop: a number, or "
+        "'auto' for one per core (default 1; a config using the store needs 1)",
+    )
     serve.set_defaults(run=_serve)
 
     check = sub.add_parser("check-config", help="validate a config and print its tree")

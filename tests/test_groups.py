@@ -312,6 +312,25 @@ async def test_local_members_that_must_wait_go_on_in_tasks(
     }
 
 
+async def test_a_single_local_member_past_its_first_checkpoint_streams_every_capture(
+    make_client: MakeClient, tmp_path: Path
+) -> None:
+    # A one-member lookup is taken at once up to the scan's first checkpoint
+    # (64 KiB read); the rest streams from where it stopped, nothing lost or repeated.
+    big = _long_index(tmp_path / "big.cdxj")
+    client = await make_client(f"collections:\n  one:\n    index: {big}\n")
+    resp = await client.get("/one/index", params={"url": "example.com", "matchType": "domain"})
+    assert resp.status == 200
+    lines = (await resp.text()).splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == [
+        f"com,example)/p{i:05d}" for i in range(12_000)
+    ]
+    limited = await client.get(
+        "/one/index", params={"url": "example.com", "matchType": "domain", "limit": "9000"}
+    )
+    assert len((await limited.text()).splitlines()) == 9000
+
+
 async def test_a_long_local_scan_past_the_deadline_times_out(
     make_client: MakeClient, sample_dir: Path, tmp_path: Path
 ) -> None:

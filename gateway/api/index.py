@@ -25,6 +25,7 @@ from typing import Final
 
 from aiohttp import web
 
+from gateway import cdxops
 from gateway.aggregate import Collection
 from gateway.api.common import (
     ERRORS_HEADER,
@@ -53,6 +54,8 @@ CONTENT_TYPES: Final[dict[Output, str]] = {
     "link": "application/link-format",
 }
 _FLUSH_BYTES: Final = 64 * 1024
+#: An answer of at most this many records already in memory is rendered in one piece.
+_AT_ONCE_RECORDS: Final = 1000
 
 
 def _memento_line(record: CdxRecord) -> str:
@@ -89,9 +92,10 @@ async def send_index(
 ) -> web.StreamResponse:
     """The Index API answer for ``query``: 200 with the captures (see module docstring).
 
-    An answer shorter than 64 KiB goes out as one response with a
-    ``Content-Length`` (one write to the socket); a longer one streams in
-    pieces of about 64 KiB. Raises what :meth:`Collection.lookup` raises
+    An answer shorter than 64 KiB, or of at most 1000 records all in memory
+    already, goes out as one response with a ``Content-Length`` (one write
+    to the socket); a longer one streams in pieces of about 64 KiB. Raises
+    what :meth:`Collection.lookup` raises
     (:class:`~gateway.errors.AllSourcesFailed`: 503) before anything is sent.
     """
     step, answer = await collection.lookup(query)
@@ -103,11 +107,16 @@ async def send_index(
     if step is not None and collection.is_sequence:
         headers[STEP_HEADER] = step.name
     render, separator, terminator = line_renderer(query)
+    records = answer.in_memory()
+    if records is not None and len(records) <= _AT_ONCE_RECORDS:
+        # Every record in memory already: render the answer at once.
+        body = separator.join(map(render, records)) + terminator if records else ""
+        return web.Response(body=body.encode("utf-8"), headers=headers)
     pieces: list[str] = []
     size = 0
     response: web.StreamResponse | None = None
     try:
-        async for record in answer:
+        async for record in answer if records is None else cdxops.RecordList(records):
             text = render(record)
             pieces.append(text)
             size += len(text)

@@ -14,6 +14,17 @@ headers:
 - ``ResErrors``: JSON ``{name: reason}`` of sources and captures that failed
   before the one served (documented in the README).
 
+Content encoding: ``compress=gzip`` answers with ``Content-Encoding: gzip``
+(RFC 9110 section 8.4.1.3), as pywb's response loader does. A record served
+exactly as stored (not a resolved revisit, not converted from ARC, its
+header blocks unchanged) and stored as its own gzip member (WARC 1.1 Annex
+D) goes out as that member, untouched: no inflation, no deflation; it
+decodes to the record followed by its ``CRLF CRLF`` trailer, as in the
+file. Any other record is gzip-compressed (ISA-L) as it goes out.
+``Accept-Encoding`` alone changes nothing, as in pywb: pywb's own replay
+front end asks the Resource API with requests' default ``Accept-Encoding:
+gzip, deflate`` and parses the undecoded body as a WARC record.
+
 When nothing loads the answer is 404 with every failure in the JSON body
 (503 when every source failed). An exact lookup with no captures at all is
 retried as the collection's fuzzy lookup (:mod:`gateway.fuzzy`): the record
@@ -30,6 +41,7 @@ from typing import Final
 from urllib.parse import quote
 
 from aiohttp import web
+from isal import isal_zlib
 
 from gateway.aggregate import Collection, Step, fuzzy_lookup
 from gateway.api.common import (
@@ -54,6 +66,7 @@ from gateway.query import CaptureQuery, CdxFilter, key_range, parse_query
 
 __all__ = [
     "POST_ROUTES",
+    "compress_gzip",
     "find_record",
     "post_index_handler",
     "post_resource_handler",
@@ -103,6 +116,8 @@ async def find_record(
     collection: Collection,
     query: CaptureQuery,
     request: WrappedRequest | None = None,
+    *,
+    gzip_member: bool = False,
 ) -> tuple[Step, LoadedRecord, dict[str, str]]:
     """Look up ``query`` step by step and load the first capture that loads.
 
@@ -110,18 +125,22 @@ async def find_record(
     (pywb ``HandlerSeq``). When no step has a capture at all, the steps are
     tried again with the collection's fuzzy lookup (pywb ``FuzzyMatcher``;
     :mod:`gateway.fuzzy`). Returns the step, the loaded record (the caller
-    must ``aclose`` it) and the failures met on the way. Raises
+    must ``aclose`` it) and the failures met on the way; ``gzip_member``
+    asks loaders for the stored gzip member (:attr:`LoadContext.gzip_member`).
+    Raises
     :class:`NotFound` (404) listing every failure when no capture loads, or
     :class:`AllSourcesFailed` (503) when every source of every step failed.
     """
     errors: dict[str, str] = {}
     seen = _Seen()
     context = request or WrappedRequest()
-    found = await _first_loadable(collection, query, context, errors, seen, None)
+    found = await _first_loadable(collection, query, context, errors, seen, None, gzip_member)
     if found is None and not seen.captures and not (seen.failed_all and errors):
         widened = collection.widen(query)
         if widened is not None:
-            found = await _first_loadable(collection, query, context, errors, seen, widened)
+            found = await _first_loadable(
+                collection, query, context, errors, seen, widened, gzip_member
+            )
     if found is not None:
         return found[0], found[1], errors
     if seen.failed_all and errors and not seen.captures:
@@ -158,6 +177,7 @@ async def _first_loadable(
     errors: dict[str, str],
     seen: _Seen,
     widened: Widened | None,
+    gzip_member: bool,
 ) -> tuple[Step, LoadedRecord] | None:
     """The first capture that loads, step by step, for ``query`` or its ``widened`` form."""
     for position, step in enumerate(collection.steps):
@@ -166,6 +186,7 @@ async def _first_loadable(
             request_url=query.url,
             find_original=_OriginalFinder(step),
             request=request,
+            gzip_member=gzip_member,
         )
         if widened is None:
             recorder = step.recorder
@@ -265,10 +286,52 @@ def record_headers(step: Step, loaded: LoadedRecord, errors: dict[str, str]) -> 
     return headers
 
 
+#: ISA-L level for records compressed for ``compress=gzip`` (its fastest; pywb uses zlib's 9).
+_GZIP_LEVEL: Final = 1
+
+
+def compress_gzip(request: web.Request) -> bool:
+    """True for ``compress=gzip`` (pywb's parameter): the answer is gzip-encoded.
+
+    Raises :class:`BadRequest` for any other non-empty value (pywb ignores
+    them). ``Accept-Encoding`` alone never changes the answer (see the
+    module docstring).
+    """
+    compress = request.query.get("compress")
+    if not compress:
+        return False
+    if compress.lower() != "gzip":
+        raise BadRequest("compress", f"{compress!r} is not supported; expected gzip")
+    return True
+
+
+def _gzip_compressor() -> isal_zlib.Compress:
+    return isal_zlib.compressobj(_GZIP_LEVEL, isal_zlib.DEFLATED, 16 + isal_zlib.MAX_WBITS)
+
+
+async def _gzip_stream(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``pieces`` as one gzip member (RFC 1952), compressed as they come."""
+    compressor = _gzip_compressor()
+    async for piece in pieces:
+        out = compressor.compress(piece)
+        if out:
+            yield out
+    yield compressor.flush()
+
+
 async def send_record(
-    request: web.Request, step: Step, loaded: LoadedRecord, errors: dict[str, str]
+    request: web.Request,
+    step: Step,
+    loaded: LoadedRecord,
+    errors: dict[str, str],
+    gzip: bool = False,
 ) -> web.StreamResponse:
     """Send ``loaded`` as the response (headers only for HEAD); always closes it.
+
+    With ``gzip`` the answer is ``Content-Encoding: gzip``: a record
+    offering its stored gzip member (:attr:`LoadedRecord.stored_gzip`) is
+    answered with that member, untouched; any other record is
+    gzip-compressed as it goes out.
 
     A record whose body is in memory already (:meth:`LoadedRecord.body_in_memory`:
     a record read and inflated at once) under 64 KiB is answered with one
@@ -280,21 +343,42 @@ async def send_record(
     (:class:`~gateway.errors.RecordFormatError` on a truncated record) is
     logged and the connection closed, so the client sees a short body rather
     than a complete one; a client that leaves is logged at DEBUG. HEAD sends
-    the GET answer's headers, ``Content-Length`` included.
+    the GET answer's headers, ``Content-Length`` included when known.
     """
     try:
         headers = record_headers(step, loaded, errors)
-        whole = loaded.body_in_memory()
         head = loaded.warc_headers + loaded.http_headers
-        if whole is not None and len(whole) < 64 * 1024:
+        member = loaded.stored_gzip if gzip else None
+        body: AsyncIterator[bytes] = loaded.body
+        whole: bytes | memoryview | None = None
+        if member is not None:
+            headers["Content-Encoding"] = "gzip"
+            headers["Content-Length"] = str(member.length)
+            head, whole = b"", member.whole
+            if whole is None:
+                body = aiter(member)
+        else:
+            whole = loaded.body_in_memory()
+            if gzip:
+                headers["Content-Encoding"] = "gzip"
+                if whole is None:
+                    headers.pop("Content-Length", None)
+                    head, body = b"", _gzip_stream(_prepend(head, body))
+                else:
+                    compressor = _gzip_compressor()
+                    whole = compressor.compress(head) + compressor.compress(whole)
+                    whole += compressor.flush()
+                    head = b""
+                    headers["Content-Length"] = str(len(whole))
+        if whole is not None and len(head) + len(whole) < 64 * 1024:
             if request.method == "HEAD":
                 return web.Response(headers=headers)
-            body = b"".join((head, whole))
-            step.served.served(len(body))
-            return web.Response(body=body, headers=headers)
+            body_bytes = b"".join((head, whole)) if head else whole
+            step.served.served(len(body_bytes))
+            return web.Response(body=body_bytes, headers=headers)
         response = web.StreamResponse(headers=headers)
         try:
-            return await _stream_record(request, step, response, loaded, head, whole)
+            return await _stream_record(request, step, response, body, head, whole)
         except ConnectionError:
             client_left(request)
             return response
@@ -302,11 +386,17 @@ async def send_record(
         await loaded.aclose()
 
 
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for piece in rest:
+        yield piece
+
+
 async def _stream_record(
     request: web.Request,
     step: Step,
     response: web.StreamResponse,
-    loaded: LoadedRecord,
+    body: AsyncIterator[bytes],
     head: bytes,
     whole: bytes | memoryview | None,
 ) -> web.StreamResponse:
@@ -316,7 +406,8 @@ async def _stream_record(
         await response.write_eof()
         return response
     if whole is not None:
-        await response.write(head)
+        if head:
+            await response.write(head)
         await response.write(whole)
         await response.write_eof()
         step.served.served(len(head) + len(whole))
@@ -324,12 +415,13 @@ async def _stream_record(
     pending = head
     sent = 0
     try:
-        async for chunk in loaded.body:
+        async for chunk in body:
             if len(pending) + len(chunk) <= 64 * 1024:
                 pending += chunk
             else:
-                await response.write(pending)
-                sent += len(pending)
+                if pending:
+                    await response.write(pending)
+                    sent += len(pending)
                 pending = chunk
     except LoadError as exc:
         # The status line is out: no error answer is possible any more (the
@@ -352,8 +444,9 @@ async def _stream_record(
 async def resource_handler(request: web.Request) -> web.StreamResponse:
     """``GET|HEAD /{coll}/resource?url=...``: the first capture that loads, as a WARC record."""
     collection = collection_for(request)
-    step, loaded, errors = await find_record(collection, capture_query(request))
-    return await send_record(request, step, loaded, errors)
+    gzip = compress_gzip(request)
+    step, loaded, errors = await find_record(collection, capture_query(request), gzip_member=gzip)
+    return await send_record(request, step, loaded, errors, gzip)
 
 
 # -- post-request API ---------------------------------------------------------------
@@ -422,9 +515,10 @@ async def postreq_resource_handler(request: web.Request) -> web.StreamResponse:
     ``body`` for a malformed wrapped request; otherwise as ``GET /{coll}/resource``.
     """
     collection = collection_for(request)
+    gzip = compress_gzip(request)
     query, wrapped = await _wrapped_query(request)
-    step, loaded, errors = await find_record(collection, query, request=wrapped)
-    return await send_record(request, step, loaded, errors)
+    step, loaded, errors = await find_record(collection, query, request=wrapped, gzip_member=gzip)
+    return await send_record(request, step, loaded, errors, gzip)
 
 
 async def postreq_index_handler(request: web.Request) -> web.StreamResponse:
@@ -438,9 +532,10 @@ async def postreq_index_handler(request: web.Request) -> web.StreamResponse:
 async def post_resource_handler(request: web.Request) -> web.StreamResponse:
     """``POST /{coll}/resource?url=...``: the POST itself is the request looked up."""
     collection = collection_for(request)
+    gzip = compress_gzip(request)
     query, wrapped = await _direct_query(request)
-    step, loaded, errors = await find_record(collection, query, request=wrapped)
-    return await send_record(request, step, loaded, errors)
+    step, loaded, errors = await find_record(collection, query, request=wrapped, gzip_member=gzip)
+    return await send_record(request, step, loaded, errors, gzip)
 
 
 async def post_index_handler(request: web.Request) -> web.StreamResponse:

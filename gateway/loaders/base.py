@@ -28,6 +28,7 @@ __all__ = [
     "LoaderConfig",
     "LoaderFactory",
     "ResourceLoader",
+    "StoredGzip",
     "WrappedRequest",
 ]
 
@@ -41,6 +42,21 @@ async def _no_body() -> AsyncIterator[bytes]:
     yield b""  # pragma: no cover
 
 
+class StoredGzip(Protocol):
+    """A record's gzip member exactly as stored (WARC 1.1 Annex D), sent as it is.
+
+    ``length`` is its size in bytes; ``whole`` the member when it is in
+    memory already, else None; iterating yields its bytes in order. Sent
+    with ``Content-Encoding: gzip``, it decodes to the record followed by
+    its ``CRLF CRLF`` trailer.
+    """
+
+    length: int
+    whole: bytes | None
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+
 @dataclass(slots=True, kw_only=True)
 class LoadedRecord:
     """One WARC record ready to stream.
@@ -51,6 +67,11 @@ class LoadedRecord:
     ``close`` releases the file or connection behind ``body``; the API always
     calls it, also when the client goes away. A ``body`` iterator that holds
     all of its bytes in memory already may say so (see :meth:`body_in_memory`).
+    ``stored_gzip`` is set when the record is served exactly as stored and
+    was stored as its own gzip member (asked for with
+    :attr:`LoadContext.gzip_member`): the API may then send that member
+    instead of ``warc_headers + http_headers + body`` (one or the other is
+    read, never both).
     """
 
     capture: CdxRecord
@@ -62,6 +83,7 @@ class LoadedRecord:
     #: WARC-Date of the served record (ISO 8601, as in the record).
     warc_date: str
     close: Callable[[], Awaitable[None]] | None = None
+    stored_gzip: StoredGzip | None = None
 
     def body_in_memory(self) -> bytes | memoryview | None:
         """Everything ``body`` would yield, joined, if it is in memory already.
@@ -102,12 +124,16 @@ class LoadContext:
     ``request_url`` is the URL the client asked for (self-redirect check);
     ``find_original`` looks up a revisit's original through the same
     collection step; ``request`` is the client's wrapped request, if any.
+    ``gzip_member``: the client takes a gzip-encoded answer, so a loader
+    that can should offer a record's stored gzip member
+    (:attr:`LoadedRecord.stored_gzip`) rather than inflate it.
     """
 
     request_url: str
     find_original: FindOriginal
     request: WrappedRequest = field(default_factory=WrappedRequest)
     extra_headers: Mapping[str, str] = field(default_factory=dict)
+    gzip_member: bool = False
 
 
 class LoaderConfig(Protocol):

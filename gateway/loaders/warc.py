@@ -25,7 +25,12 @@ Behaviour follows pywb's warcserver ``WARCPathLoader`` and ``ResolvingLoader``
   and ``WARC-Refers-To-Date`` set to the original's), the revisit's HTTP
   headers (the original's if the revisit has none) and the original's payload;
 - a 3xx capture (not 304) whose ``Location`` is the requested URL is refused
-  with :class:`~gateway.errors.SelfRedirect` (pywb ``raise_on_self_redirect``).
+  with :class:`~gateway.errors.SelfRedirect` (pywb ``raise_on_self_redirect``);
+- with ``ctx.gzip_member`` (``compress=gzip``), a record stored as its own
+  gzip member and served exactly as stored (its re-serialized header blocks
+  equal the stored bytes; not a resolved revisit, not ARC) also offers that
+  member (:attr:`~gateway.loaders.base.LoadedRecord.stored_gzip`), and is
+  inflated only as far as its header blocks.
 
 Deliberate differences from pywb:
 
@@ -165,7 +170,7 @@ class WarcLoader:
         offset = capture.offset
         if offset is None or not self.accepts(capture):
             raise LoadError(f"capture {capture.url} {capture.timestamp} has no filename/offset")
-        head = await self._open(capture.filename, offset, capture.length)
+        head = await self._open(capture.filename, offset, capture.length, ctx.gzip_member)
         payload = head
         try:
             if capture.mime == "warc/revisit" or head.rec_type == "revisit":
@@ -176,7 +181,9 @@ class WarcLoader:
             payload.close()
             raise
 
-    async def _open(self, filename: str, offset: int, length: int | None) -> OpenedRecord:
+    async def _open(
+        self, filename: str, offset: int, length: int | None, gzip_member: bool = False
+    ) -> OpenedRecord:
         looked: dict[str, str] = {}
         unsafe: UnsafeFilename | None = None
         worst: type[LoadError] = ArchiveFileNotFound
@@ -199,6 +206,7 @@ class WarcLoader:
                         session=self._session,
                         chunk_bytes=self.config.chunk_bytes,
                         inline_read_max_bytes=self.config.inline_read_max_bytes,
+                        gzip_member=gzip_member,
                     )
                 except ArchiveFileNotFound as exc:
                     looked[where] = exc.errors.get(where, exc.message)
@@ -347,6 +355,13 @@ class WarcLoader:
             head.close()
         warc_bytes = block_bytes(warc_headers)
         remaining = payload.remaining
+        stored_gzip = None
+        member = payload.member
+        if member is not None and payload is head:
+            stored = payload.stored_head
+            size = len(warc_bytes)
+            if stored[:size] == warc_bytes and stored[size:] == http_bytes:
+                stored_gzip = member  # served exactly as stored
         return LoadedRecord(
             capture=capture,
             warc_headers=warc_bytes,
@@ -360,6 +375,7 @@ class WarcLoader:
                 warc_headers.get_header("WARC-Date") or timestamp_to_iso_date(capture.timestamp)
             ),
             close=_closer(payload),
+            stored_gzip=stored_gzip,
         )
 
 

@@ -10,7 +10,7 @@ An exact lookup reads about ``log2(size / 8 KiB)`` probes of ~1 KiB (the
 top 255 probe results of each version of a file are remembered, as every
 lookup's search starts with them) plus 16 KiB for the final linear step, in
 which only the lines from the first one starting with the range's common
-prefix are split out (a few lines for an exact lookup). Long ranges are read
+prefix are cut out, one ``find`` each (a few lines for an exact lookup). Long ranges are read
 in chunks of up to 64 KiB and yielded record by record, never accumulated;
 :func:`scan_file` yields ``None`` (a checkpoint) after every 64 KiB read, for the
 consumer to give the event loop a turn.
@@ -58,6 +58,8 @@ _BLOCK_BYTES: Final = 8192
 _PROBE_BYTES: Final = 1024
 #: First read of the linear step after the binary search; then doubled up to the maximum.
 _FIRST_READ_BYTES: Final = 2 * _BLOCK_BYTES
+#: The first batches of lines of a linear step (2, then 8) are cut one ``find`` at a time.
+_FIND_LINES: Final = 8
 #: Largest read of the linear step (and of a file's head to describe it).
 MAX_READ_BYTES: Final = 64 * 1024
 #: Bytes read (or decompressed) between two event-loop checkpoints.
@@ -255,35 +257,41 @@ def search_offset(handle: Handle, key: bytes) -> int:
 
 def _plain_chunks(handle: Handle, key: bytes, prefix: bytes) -> Generator[_Chunk, None, None]:
     """Lines from the first that starts with ``prefix`` at or after the
-    binary-search block, in batches split as they are needed.
+    binary-search block, in batches cut as they are needed.
 
     ``prefix`` is the common prefix of the range's bounds: every line of the
     range starts with it, so the lines before its first occurrence are never
-    split into objects. Reads start at 16 KiB and double up to 64 KiB; a
-    batch holds 16 lines at first and grows, so an exact lookup splits a
-    handful of lines, not the whole read.
+    cut into objects. Reads start at 16 KiB and double up to 64 KiB. The
+    first batches hold 2, then 8 lines, each found with ``bytes.find``
+    (memchr) and sliced out, so an exact lookup cuts the two or three lines
+    it needs (``bytes.split`` with a limit would compare every byte of them
+    in a loop of its own and copy the unsplit rest of the read); a longer
+    range then splits every complete line read so far at once.
     """
     fd, size = handle.fd, handle.size
     pos = search_offset(handle, key)
     buf = b""
     buf_start = pos  # file offset of buf[0]
+    cursor = 0  # buf[cursor:] is not yet yielded
     length = _FIRST_READ_BYTES
     seeking = True
     line_start = pos == 0  # buf starts at the start of a line
-    batch = 16
+    batch = 2
     while pos < size:
         data = os.pread(fd, min(length, size - pos), pos)
         if not data:
             break  # truncated since it was opened; the next lookup reopens it
         pos += len(data)
         length = min(2 * length, MAX_READ_BYTES)
-        if not buf:
-            buf_start = pos - len(data)
-        buf += data
+        if cursor:
+            buf_start += cursor
+            buf = buf[cursor:]
+            cursor = 0
+        buf = buf + data if buf else data
         at_eof = pos >= size
         if seeking:
             if line_start and buf.startswith(prefix):
-                start = 0
+                cursor = 0
             else:
                 found = buf.find(b"\n" + prefix)
                 if found < 0:
@@ -295,28 +303,36 @@ def _plain_chunks(handle: Handle, key: bytes, prefix: bytes) -> Generator[_Chunk
                     if len(buf) > _MAX_LINE_BYTES:
                         raise _FormatProblem(f"byte {buf_start}", "line longer than 16 MiB")
                     continue
-                start = found + 1
-            buf_start += start
-            buf = buf[start:]
+                cursor = found + 1
             seeking = False
+        find = buf.find
         while True:
-            lines = buf.split(b"\n", batch)
-            if len(lines) > batch:  # more lines follow in the unsplit tail
-                rest = lines.pop()
-            elif at_eof:
-                rest = b""
-            else:
-                rest = lines.pop()  # the partial last line, completed by the next read
-            used = len(buf) - len(rest)
+            begin = cursor
+            lines: list[bytes] = []
+            if batch <= _FIND_LINES:
+                for _ in range(batch):
+                    newline = find(b"\n", cursor)
+                    if newline < 0:
+                        break
+                    lines.append(buf[cursor:newline])
+                    cursor = newline + 1
+                full = len(lines) == batch
+            else:  # a long range: every complete line read so far, in one split
+                last = buf.rfind(b"\n", cursor)
+                if last >= 0:
+                    lines = buf[cursor:last].split(b"\n")
+                    cursor = last + 1
+                full = False
+            if not full and at_eof and cursor < len(buf):
+                lines.append(buf[cursor:])  # the last line, without a newline
+                cursor = len(buf)
             if lines:
-                yield buf_start, lines, used
-            buf_start += used
-            buf = rest
-            batch = min(4 * batch, 4096)
-            if len(lines) < batch // 4 or not rest or b"\n" not in rest:
+                yield buf_start + begin, lines, cursor - begin
+            batch *= 4
+            if not full:
                 break
-        if len(buf) > _MAX_LINE_BYTES:
-            raise _FormatProblem(f"byte {buf_start}", "line longer than 16 MiB")
+        if len(buf) - cursor > _MAX_LINE_BYTES:
+            raise _FormatProblem(f"byte {buf_start + cursor}", "line longer than 16 MiB")
 
 
 def _gzip_chunks(handle: Handle) -> Generator[_Chunk, None, None]:

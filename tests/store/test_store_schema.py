@@ -170,7 +170,7 @@ def _run(path: Path, kill_after_s: float | None) -> bool:
     return proc.returncode == 0 and out == b"done\n"
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_sigkill_during_migration_at_random_moments(tmp_path: Path) -> None:
     seed = int(os.environ.get("STORE_SCHEMA_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
@@ -178,7 +178,11 @@ def test_sigkill_during_migration_at_random_moments(tmp_path: Path) -> None:
     path = tmp_path / "index.sqlite3"
     final = SCHEMA_VERSION + 1
     seen: list[int] = []
-    for _round in range(16):
+    # 16 rounds, and more (up to 48) until kills have landed in two steps at
+    # least: how far a migration gets in a given time depends on the load.
+    for round_no in range(48):
+        if round_no >= 16 and len(set(seen) - {final}) >= 2:
+            break
         if not path.exists():
             _old_index(path, 8_000)
         finished = _run(path, rng.uniform(0.0, 0.35))

@@ -1,0 +1,203 @@
+"""``gateway serve --workers N``: N real processes on one port, replaced when they die.
+
+Each test runs ``python -m gateway.cli serve`` as a child process (127.0.0.1,
+a free port, its own process group, killed in teardown) and looks at its
+workers through ``/proc``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from tests.conftest import free_port
+
+#: Generous bounds for things that take well under a second (never a timing assertion).
+WAIT_S: Final = 30.0
+
+
+def _children(pid: int) -> set[int]:
+    """Live child processes of ``pid`` (from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+def _listening_inodes(pid: int) -> set[str]:
+    """Socket inodes among ``pid``'s open files."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    return inodes
+
+
+def _serve_argv(config: Path, *options: str) -> list[str]:
+    return [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config), *options]
+
+
+def _run_serve(config: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``gateway serve`` expected to exit at once (a refusal): its status and output."""
+    return subprocess.run(
+        _serve_argv(config, *options), capture_output=True, text=True, timeout=WAIT_S, check=False
+    )
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+        return answer.status, answer.read()
+
+
+def _wait_for(
+    what: str, check: Callable[[], bool], proc: subprocess.Popen[bytes] | None, log: Path
+) -> None:
+    """Poll ``check`` until true; fail (with the log) after WAIT_S or when ``proc`` exits."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if check():
+                return
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    pytest.fail(f"{what} did not happen; gateway log:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def config(sample_dir: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "collections.yaml"
+    path.write_text(
+        f"collections:\n  iana:\n    index: {sample_dir}/cdxj/iana.cdxj\n"
+        f"    resource: {sample_dir}/warcs/\n"
+    )
+    return path
+
+
+class _Gateway:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+
+    def workers(self) -> set[int]:
+        return _children(self.proc.pid)
+
+    def answers(self) -> bool:
+        return _get(self.port, "/_health")[0] == 200
+
+
+@pytest.fixture
+def serve(config: Path, tmp_path: Path) -> Iterator[_Gateway]:
+    port = free_port()
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            _serve_argv(config, "--port", str(port), "--workers", "2"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    gateway = _Gateway(proc, port, log)
+    try:
+        _wait_for("two workers answering", lambda: len(gateway.workers()) == 2, proc, log)
+        _wait_for("/_health answering", gateway.answers, proc, log)
+        yield gateway
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=WAIT_S)
+
+
+def test_workers_share_one_listening_socket_and_answer(serve: _Gateway) -> None:
+    workers = serve.workers()
+    assert len(workers) == 2
+    shared = _listening_inodes(serve.proc.pid)
+    for pid in workers:
+        assert shared & _listening_inodes(pid), f"worker {pid} lacks the listening socket"
+    status, body = _get(serve.port, "/iana/index?url=http://www.iana.org/")
+    assert status == 200
+    assert body.startswith(b"org,iana)/ 20140126200624 ")
+
+
+def test_a_killed_worker_is_replaced_and_the_port_keeps_answering(serve: _Gateway) -> None:
+    before = serve.workers()
+    victim = min(before)
+    os.kill(victim, signal.SIGKILL)
+    _wait_for(
+        "a new worker in place of the killed one",
+        lambda: len(serve.workers()) == 2 and victim not in serve.workers(),
+        serve.proc,
+        serve.log,
+    )
+    survivors = serve.workers()
+    assert survivors & before == before - {victim}
+    for _ in range(20):
+        assert _get(serve.port, "/_health")[0] == 200
+    assert f"(pid {victim}) exited with signal SIGKILL" in serve.log.read_text()
+
+
+def test_sigterm_stops_every_worker_and_exits_0(serve: _Gateway) -> None:
+    workers = serve.workers()
+    os.kill(serve.proc.pid, signal.SIGTERM)
+    assert serve.proc.wait(timeout=WAIT_S) == 0
+    for pid in workers:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_workers_stop_themselves_when_the_supervisor_is_killed(serve: _Gateway) -> None:
+    workers = serve.workers()
+    os.kill(serve.proc.pid, signal.SIGKILL)
+    serve.proc.wait(timeout=WAIT_S)
+
+    def all_gone() -> bool:
+        return not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+    _wait_for("the orphaned workers to exit", all_gone, None, serve.log)
+
+
+def test_a_config_using_the_store_needs_one_worker(tmp_path: Path) -> None:
+    config = tmp_path / "collections.yaml"
+    config.write_text(f"store:\n  root: {tmp_path}/archive\ncollections:\n  s: $store\n")
+    done = _run_serve(config, "--port", str(free_port()), "--workers", "2")
+    assert done.returncode == 2
+    assert "--workers 2: this config uses the snapshot store" in done.stderr
+    assert "--workers 1" in done.stderr
+    assert not (tmp_path / "archive").exists()  # nothing was opened
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many"])
+def test_a_bad_workers_value_is_a_usage_error(config: Path, value: str) -> None:
+    done = _run_serve(config, "--workers", value)
+    assert done.returncode == 2
+    assert "--workers" in done.stderr
+    assert "expected" in done.stderr
+
+
+def test_a_busy_port_is_one_clear_error(config: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        done = _run_serve(config, "--port", str(port), "--workers", "2")
+    assert done.returncode == 2  # as with one process (tests/test_cli.py)
+    assert f"cannot listen on 127.0.0.1 port {port}" in done.stderr
+    assert "Traceback" not in done.stderr
