@@ -21,14 +21,17 @@ from typing import Any, Final, Protocol
 
 from gateway.storage.errors import CorruptObject
 
-__all__ = ["GzipMembers", "SourceCheck", "check_for"]
+__all__ = ["INFLATE_ERRORS", "ZLIB", "GzipMembers", "SourceCheck", "check_for"]
 
-_ZLIB: Any
+#: ``isal.isal_zlib`` when installed, else :mod:`zlib` (imported by name so that
+#: type checking does not depend on it being installed).
+ZLIB: Any
 try:
-    _ZLIB = importlib.import_module("isal.isal_zlib")
+    ZLIB = importlib.import_module("isal.isal_zlib")
 except ImportError:  # pragma: no cover - depends on the environment
-    _ZLIB = zlib
-_ERRORS: Final[tuple[type[Exception], ...]] = (zlib.error, _ZLIB.error)
+    ZLIB = zlib
+#: What a failed inflate raises, from either module.
+INFLATE_ERRORS: Final[tuple[type[Exception], ...]] = (zlib.error, ZLIB.error)
 #: The most inflated bytes made (and dropped) at a time: memory stays flat.
 _OUT_BYTES: Final = 1 << 20
 _GZIP_SUFFIXES: Final = (".gz", ".tgz")
@@ -85,13 +88,13 @@ class GzipMembers:
         while data:
             inflater = self._inflater
             if inflater is None:
-                inflater = self._inflater = _ZLIB.decompressobj(16 + zlib.MAX_WBITS)
+                inflater = self._inflater = ZLIB.decompressobj(16 + zlib.MAX_WBITS)
                 self._member_start = end - len(data)
             try:
                 inflater.decompress(data, _OUT_BYTES)
                 while inflater.unconsumed_tail:
                     inflater.decompress(inflater.unconsumed_tail, _OUT_BYTES)
-            except _ERRORS as exc:
+            except INFLATE_ERRORS as exc:
                 raise self._corrupt(f"does not inflate: {exc}") from exc
             if not inflater.eof:
                 break

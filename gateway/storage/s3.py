@@ -433,49 +433,12 @@ class S3Storage(Backend):
     async def get_range(
         self, name: str, offset: int = 0, length: int | None = None
     ) -> AsyncGenerator[bytes, None]:
-        check_range(offset, length)
-        if length == 0:
-            info = await self.stat(name)
-            if offset > info.size:
-                raise RangeNotSatisfiable(
-                    self.name, name, f"holds {info.size} bytes; asked for offset {offset}"
-                )
-            return
-        key = self._key(name)
-        extra: dict[str, Any] = {}
-        if length is not None:
-            extra["Range"] = f"bytes={offset}-{offset + length - 1}"
-        elif offset:
-            extra["Range"] = f"bytes={offset}-"
+        reader = await self.open_range(name, offset, length)
         try:
-            answer = await self.client.get_object(Bucket=self.config.bucket, Key=key, **extra)
-        except Exception as exc:
-            error = self._error(name, exc, f"read {extra.get('Range', 'whole object')}")
-            at_end = isinstance(error, RangeNotSatisfiable) and length is None
-            if at_end and (await self.stat(name)).size == offset:
-                return  # the empty range at the end, as a local file answers it
-            raise error from exc
-        expected = answer["ContentLength"]
-        received = 0
-        async with answer["Body"] as body:
-            if length is not None and expected < length:
-                raise RangeNotSatisfiable(
-                    self.name,
-                    name,
-                    f"holds {answer.get('ContentRange', '?')}; "
-                    f"asked for [{offset}, {offset + length})",
-                )
-            while received < expected:
-                try:
-                    chunk = await body.read(min(CHUNK_BYTES, expected - received))
-                except Exception as exc:
-                    raise self._error(name, exc, f"read at {offset + received}") from exc
-                if not chunk:
-                    raise StorageUnavailable(
-                        self.name, name, f"the answer ended after {received} of {expected} bytes"
-                    )
-                received += len(chunk)
+            while chunk := await reader.read(CHUNK_BYTES):
                 yield chunk
+        finally:
+            reader.close()
 
     async def open_range(self, name: str, offset: int, length: int | None = None) -> RangeReader:
         """See :meth:`Storage.open_range`: one ``GetObject`` with ``Range``, its body

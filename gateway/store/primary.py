@@ -102,15 +102,8 @@ class PrimaryStorage:
     def iter(self, prefix: str = "") -> AsyncGenerator[ObjectInfo, None]:
         return self._files.iter(prefix)
 
-    async def put(
-        self,
-        name: str,
-        data: AsyncIterable[bytes],
-        *,
-        size: int,
-        sha256: str,
-        replace: bool = False,
-    ) -> PutResult:
+    async def put(self, name: str, data: AsyncIterable[bytes], **_: object) -> PutResult:
+        """Refused: the archiver restores the primary (:func:`restore_primary`), never puts."""
         raise StorageRefused(
             PRIMARY, name, "the store's own copy is written by the store; a copy to it is a restore"
         )

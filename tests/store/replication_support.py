@@ -34,6 +34,14 @@ def body_for(index: int, size: int) -> bytes:
     return random.Random(index).randbytes(size)
 
 
+def live_page(number: int, noise_bytes: int = 0) -> str:
+    """What ``/page/N`` of the ``live_web`` fixture answers: unique to N, with
+    ``noise_bytes`` random bytes (hex: incompressible) when asked for
+    ``?noise=BYTES``, else 2 kB of x."""
+    filler = random.Random(number).randbytes(noise_bytes).hex() if noise_bytes else "x" * 2000
+    return f"<html>live page {number} {filler}</html>"
+
+
 def record_files(root: Path, *, captures: int, body_bytes: int, rollover_bytes: int) -> None:
     """Record ``captures`` captures of ``body_bytes`` each into the store at ``root``,
     in files rolled over past ``rollover_bytes``; every file ends closed."""

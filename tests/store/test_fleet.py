@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
 import aiohttp
 import pytest
 import yaml
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from tests.conftest import free_port
 from tests.storage.seaweedfs import SeaweedFS
@@ -29,6 +25,7 @@ from tests.store.replication_support import (
     REPO,
     closed_files,
     gateway_store,
+    live_page,
     s3_place,
     write_config,
 )
@@ -38,28 +35,13 @@ START_TIMEOUT_S: Final = 60.0
 PAGES: Final = 3
 
 
-def _page(number: int) -> str:
-    """Page ``number``: 30 kB for the first PAGES (each fills a WARC file), then small."""
-    size = 15_000 if number < PAGES else 500
-    noise = random.Random(number).randbytes(size).hex()  # gzips to about half
-    return f"<html>live page {number} {noise}</html>"
+def _url(live_web: str, number: int) -> str:
+    """Page ``number``: 30 kB of noise for the first PAGES (each fills a WARC file), then 1 kB."""
+    return f"{live_web}/page/{number}?noise={15_000 if number < PAGES else 500}"
 
 
-@pytest.fixture
-async def live_web() -> AsyncIterator[str]:
-    """The live web on 127.0.0.1: ``/page/N`` answers a page unique to N (30 kB)."""
-
-    async def page(request: web.Request) -> web.Response:
-        return web.Response(text=_page(int(request.match_info["n"])), content_type="text/html")
-
-    app = web.Application()
-    app.router.add_get("/page/{n}", page)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        await server.close()
+def _page(number: int) -> bytes:
+    return live_page(number, 15_000 if number < PAGES else 500).encode()
 
 
 class _Gateway:
@@ -172,7 +154,7 @@ async def test_a_fleet_gateway_serves_what_a_recording_host_stored(
         reader = await _Gateway.start(serving, fleet, session)
         try:
             for n in range(PAGES + 1):  # the last page is small: its file stays open
-                url = f"{live_web}/page/{n}"
+                url = _url(live_web, n)
                 async with session.get(f"{writer.base}/rec/resource", params={"url": url}) as r:
                     assert r.status == 200, await r.text()
             await _recorded(root, PAGES + 1)
@@ -180,29 +162,29 @@ async def test_a_fleet_gateway_serves_what_a_recording_host_stored(
             out = await _replicate(recorder)
             assert f"published {PAGES} capture(s) of {PAGES} file(s)" in out
             for n in range(PAGES + 1):
-                url = f"{live_web}/page/{n}"
+                url = _url(live_web, n)
                 async with session.get(
                     f"{reader.base}/archive/resource", params={"url": url}
                 ) as answer:
                     body = await answer.read()
                     if n < PAGES:
                         assert answer.status == 200, body[:500]
-                        assert _page(n).encode() in body
+                        assert _page(n) in body
                         assert answer.headers["Warcserver-Source-Coll"] == "archive"
                     else:
                         assert answer.status == 404, "its file is still open: not published"
             async with session.get(
-                f"{reader.base}/archive/index", params={"url": f"{live_web}/page/0"}
+                f"{reader.base}/archive/index", params={"url": _url(live_web, 0)}
             ) as index:
                 line = await index.text()
             assert '"filename": "gateway-' in line
             assert await writer.stop() == 0  # closes the last file
             out = await _replicate(recorder)
             assert "published 1 capture(s) of 1 file(s)" in out
-            url = f"{live_web}/page/{PAGES}"
+            url = _url(live_web, PAGES)
             async with session.get(f"{reader.base}/archive/resource", params={"url": url}) as r:
                 assert r.status == 200
-                assert _page(PAGES).encode() in await r.read()
+                assert _page(PAGES) in await r.read()
         finally:
             await writer.stop()
             await reader.stop()
