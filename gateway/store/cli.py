@@ -200,7 +200,12 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     for problem in report.final.problems:
         print(f"not repaired: {problem}")
     print(f"store repair: {report.final.summary()}")
-    return 0 if report.final.ok else 1
+    status = 0 if report.final.ok else 1
+    if args.replace_copies:
+        from gateway.store.replication_cli import cmd_replace_copies
+
+        status = max(status, cmd_replace_copies(args, settings))
+    return status
 
 
 def _cmd_replicate(args: argparse.Namespace) -> int:
@@ -304,6 +309,12 @@ def add_store_commands(
     )
     _common(repair, settings_loader)
     add_progress_argument(repair)
+    repair.add_argument(
+        "--replace-copies",
+        action="store_true",
+        help="then replace objects on the storages (store.storages of --config) that hold "
+        "other bytes under a file's name with the file's verified copy",
+    )
     repair.set_defaults(run=_guarded("repair", _cmd_repair))
 
     replicate = leaves.add_parser(

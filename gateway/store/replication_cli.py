@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from gateway.store.settings import StoreSettings
     from gateway.store.store import Store
 
-__all__ = ["cmd_copies", "cmd_replicate", "cmd_scrub"]
+__all__ = ["cmd_copies", "cmd_replace_copies", "cmd_replicate", "cmd_scrub"]
 
 #: The longest wait between two passes over copies that failed transiently.
 MAX_BACKOFF_S: Final = 60.0
@@ -86,6 +86,25 @@ async def _remove_leftovers(replicas: Replicas) -> None:
             continue
         if removed:
             _say("replicate", f"{name}: removed {len(removed)} leftover(s) of interrupted copies")
+
+
+def cmd_replace_copies(args: argparse.Namespace, settings: StoreSettings) -> int:
+    """``gateway store repair --replace-copies``: one replication pass that also
+    replaces objects of other bytes found under a file's name (``corrupted``
+    copies the archiver did not write); returns the exit status."""
+    import asyncio
+
+    async def run() -> int:
+        from gateway.store.replication import run_pass
+
+        store = await _open(settings)
+        try:
+            report = await run_pass(store.replicas, replace_conflicts=True)
+            return await _verdict(store.replicas, report, None, command="repair")
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
 
 
 async def _replicate(args: argparse.Namespace, settings: StoreSettings) -> int:
@@ -131,7 +150,11 @@ async def _replicate(args: argparse.Namespace, settings: StoreSettings) -> int:
 
 
 async def _verdict(
-    replicas: Replicas, total: ReplicationReport, publish_failure: str | None
+    replicas: Replicas,
+    total: ReplicationReport,
+    publish_failure: str | None,
+    *,
+    command: str = "replicate",
 ) -> int:
     """Print what the run did; 1 when a file it had a problem with is still not safe."""
     from gateway.store.copies import read_file_copies
@@ -139,7 +162,7 @@ async def _verdict(
     copied = {k: v for k, v in sorted(total.outcomes.items())}
     done = ", ".join(f"{n} {outcome}" for outcome, n in copied.items()) or "nothing to copy"
     mib = total.bytes_copied / (1 << 20)
-    _say("replicate", f"{total.files} file(s) examined: {done}; {mib:.1f} MiB copied")
+    _say(command, f"{total.files} file(s) examined: {done}; {mib:.1f} MiB copied")
     names = sorted(total.unsafe)
     files = await replicas.index.call(read_file_copies, replicas.places, names=names)
     cutoff, wanted = replicas.cutoff(), replicas.policy.copies
@@ -147,12 +170,12 @@ async def _verdict(
     for file in still:
         present = len(file.present_places(replicas.places, cutoff))
         why = "; ".join(dict.fromkeys(total.unsafe[file.name]))
-        _say("replicate", f"not safe: {file.name} ({present} of {wanted} copies): {why}", err=True)
+        _say(command, f"not safe: {file.name} ({present} of {wanted} copies): {why}", err=True)
     if publish_failure is not None:
-        _say("replicate", publish_failure, err=True)
+        _say(command, publish_failure, err=True)
     if still or publish_failure is not None:
         return 1
-    _say("replicate", f"the policy holds for every file this run looked at ({wanted} copies)")
+    _say(command, f"the policy holds for every file this run looked at ({wanted} copies)")
     return 0
 
 

@@ -192,3 +192,31 @@ def test_a_file_with_no_good_copy_left_is_reported(tmp_path: Path) -> None:
     assert "(primary corrupted, backup missing)" in again.stderr
     assert not (Path(str(backup.spec["path"])) / victim).exists()
     assert yaml.safe_load(config.read_text())["store"]["retention"]["copies"] == 2
+
+
+def test_another_object_under_the_name_is_left_alone_unless_repair_replaces_it(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "store"
+    record_files(root, captures=2, body_bytes=30_000, rollover_bytes=40_000)
+    files = closed_files(root)
+    backup = local_place(tmp_path, "backup")
+    config = write_config(tmp_path / "c.yaml", root, [backup], copies=2)
+    victim = sorted(files)[0]
+    theirs = Path(str(backup.spec["path"])) / victim
+    theirs.write_bytes(b"someone else's file, under the same name")
+    done = gateway_store(["replicate", "--once", "--no-progress", "--config", str(config)])
+    assert done.returncode == 1
+    assert f"not safe: {victim} (1 of 2 copies): primary -> backup: corrupted" in done.stderr
+    assert theirs.read_bytes() == b"someone else's file, under the same name"  # append-only
+    again = gateway_store(["replicate", "--once", "--no-progress", "--config", str(config)])
+    assert again.returncode == 1
+    assert "`gateway store repair --replace-copies` replaces it" in again.stderr
+    assert theirs.read_bytes() == b"someone else's file, under the same name"
+    entry = next(e for e in copies_json(config)["files"] if e["name"] == victim)
+    assert entry["copies"]["backup"]["status"] == "corrupted"
+    repaired = gateway_store(["repair", "--config", str(config), "--replace-copies"])
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert "1 replaced" in repaired.stdout
+    assert theirs.read_bytes() == (root / "warcs" / victim).read_bytes()
+    assert copies_json(config)["summary"]["safe"] == len(files)
