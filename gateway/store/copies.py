@@ -154,19 +154,20 @@ def read_files_needing_copies(
     after_id: int = 0,
     limit: int = 100,
 ) -> list[int]:
-    """The director's query: ids of closed files with a SHA-256 and fewer than
-    ``copies`` safe copies among ``places``, ascending, after ``after_id``, at
-    most ``limit`` (one batch).
+    """The director's query: ids of closed files with fewer than ``copies`` safe
+    copies among ``places``, ascending, after ``after_id``, at most ``limit``
+    (one batch).
 
     Safe: ``present``, or ``ongoing`` with ``mtime`` after ``cutoff``; the
     primary without a row counts as present. Rows of other storages (no
-    longer configured) and rows about other bytes do not count.
+    longer configured) and rows about other bytes do not count. A file of an
+    older release with no SHA-256 has only its primary.
     """
     sql = f"""
         SELECT f.id FROM files f
         LEFT JOIN copies c ON c.name = f.name AND c.sha256 = f.sha256
             AND c.storage IN ({_in(places)})
-        WHERE f.state = 'closed' AND f.sha256 IS NOT NULL AND f.id > ?
+        WHERE f.state = 'closed' AND f.id > ?
         GROUP BY f.id
         HAVING COALESCE(SUM(c.status = 'present' OR (c.status = 'ongoing' AND c.mtime > ?)), 0)
             + (COALESCE(MAX(c.storage = ?), 0) = 0) < ?

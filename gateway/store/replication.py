@@ -70,12 +70,15 @@ from gateway.store.copies import (
 )
 from gateway.store.db import OWNED_ORIGINS
 from gateway.store.primary import restore_primary
+from gateway.store.recovery import file_sha256
 from gateway.store.replicas import Replicas
+from gateway.store.verify import verify_file
 
 __all__ = [
     "CopyPlan",
     "FilePlan",
     "ReplicationReport",
+    "adopt_sha256",
     "director_batches",
     "plan_file",
     "replicate_batch",
@@ -131,8 +134,8 @@ def plan_file(
     plan = FilePlan(file)
     if file.sha256 is None:
         plan.problem = (
-            "no SHA-256 recorded (a file of an older release): it cannot be replicated until "
-            "its SHA-256 is known"
+            "no SHA-256 recorded (a file of an older release) and it failed its verification "
+            "or could not be read: run `gateway store check`"
         )
         return plan
     status = {place: file.status(place, cutoff) for place in places}
@@ -268,8 +271,9 @@ async def replicate_batch(
     files = await replicas.index.call(read_file_copies, replicas.places, ids=list(ids))
     report.files = len(files)
     by_pair: dict[tuple[str, str], list[CopyPlan]] = defaultdict(list)
-    for file in files:
-        replicas.fs_versions[file.name] = file.fs_version
+    for found in files:
+        replicas.fs_versions[found.name] = found.fs_version
+        file = found if found.sha256 is not None else await adopt_sha256(replicas, found)
         plan = plan_file(
             file,
             replicas.places,
@@ -294,6 +298,38 @@ async def replicate_batch(
             for copy in copies:
                 group.create_task(run(copy))
     return report
+
+
+async def adopt_sha256(replicas: Replicas, file: FileCopies) -> FileCopies:
+    """A file of an older release, closed without a SHA-256: verify it at the primary
+    as ``store check`` does (every record whole, its digests), and only then record
+    the SHA-256 of its bytes, which makes it replicable. Returns the file with its
+    SHA-256, or as it was (still None) when it fails its verification or cannot
+    be read; the planner then reports it."""
+
+    def adopt() -> str | None:
+        path = replicas.primary.path(file.name)
+        try:
+            verdict = verify_file(path)
+            if not verdict.ok:
+                logger.warning(
+                    "replicate: %s has no SHA-256 and fails its verification (%s); "
+                    "it is not replicated: run `gateway store check`",
+                    file.name,
+                    verdict.framing_error or "; ".join(verdict.bad_records.values()),
+                )
+                return None
+            return file_sha256(path)
+        except OSError as exc:
+            logger.warning("replicate: %s cannot be read to compute its SHA-256: %s", path, exc)
+            return None
+
+    sha256 = await asyncio.to_thread(adopt)
+    if sha256 is None:
+        return file
+    await replicas.index.call_db(lambda db: db.set_sha256(file.id, sha256))
+    logger.info("replicate: %s verified; its SHA-256 is now recorded (%s)", file.name, sha256)
+    return FileCopies(file.id, file.name, sha256, file.origin, file.fs_version)
 
 
 async def retry_copies(

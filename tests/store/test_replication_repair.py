@@ -6,8 +6,11 @@ from a replica meanwhile, and reported; replicate restores it), the primary dama
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import tarfile
 from pathlib import Path
+from typing import Final
 
 import pytest
 import yaml
@@ -27,6 +30,9 @@ from tests.store.replication_support import (
     s3_place,
     write_config,
 )
+
+#: A store written by the release at af8b42d (see tests/store/test_store_legacy.py).
+LEGACY_STORE: Final = Path(__file__).resolve().parents[1] / "data" / "legacy-store-af8b42d.tar.gz"
 
 
 def _flip(data: bytes, at: int) -> bytes:
@@ -219,4 +225,25 @@ def test_another_object_under_the_name_is_left_alone_unless_repair_replaces_it(
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "1 replaced" in repaired.stdout
     assert theirs.read_bytes() == (root / "warcs" / victim).read_bytes()
+    assert copies_json(config)["summary"]["safe"] == len(files)
+
+
+def test_files_of_the_previous_release_are_verified_then_replicated(tmp_path: Path) -> None:
+    """A store written by the release at af8b42d has no SHA-256 for its files: replicate
+    verifies each (every record, its digests), records its SHA-256, then copies it."""
+    with tarfile.open(LEGACY_STORE) as tar:
+        tar.extractall(tmp_path, filter="data")
+    root = tmp_path / "clean"
+    backup = local_place(tmp_path, "backup")
+    config = write_config(tmp_path / "c.yaml", root, [backup], copies=2)
+    before = copies_json(config)
+    assert before["summary"]["no_sha256"] == before["summary"]["files"] > 0
+    done = gateway_store(["replicate", "--once", "--no-progress", "--config", str(config)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = closed_files(root)
+    assert len(files) == before["summary"]["files"]
+    for name, sha256 in files.items():
+        assert hashlib.sha256((root / "warcs" / name).read_bytes()).hexdigest() == sha256
+        copy = Path(str(backup.spec["path"])) / name
+        assert copy.read_bytes() == (root / "warcs" / name).read_bytes()
     assert copies_json(config)["summary"]["safe"] == len(files)
