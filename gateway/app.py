@@ -31,7 +31,7 @@ from gateway.cdxj import canonical_urlkey
 from gateway.clients import SharedClients
 from gateway.config import CollectionConfig, GatewayConfig
 from gateway.errors import ConfigError, GatewayError
-from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, METRICS, READINESS, TIMEMAP_PAGE_SIZE
+from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, METRICS, READINESS, TIMEMAP_PAGE_SIZE
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.resolvers import RESOLVER_TYPES
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
@@ -42,6 +42,7 @@ from gateway.sources import SOURCE_TYPES
 from gateway.sources.base import IndexSource
 
 if TYPE_CHECKING:
+    from gateway.jobs.service import JobsService
     from gateway.recording import Recorder
 
 __all__ = ["build_collection", "build_collections", "create_app"]
@@ -199,15 +200,19 @@ def create_app(
     *,
     collections: dict[str, Collection] | None = None,
     clients: SharedClients | None = None,
+    jobs: JobsService | None = None,
 ) -> web.Application:
     """The gateway application for ``config``.
 
-    ``collections``/``clients`` may be passed when already built (``gateway
-    serve`` builds them before binding so config errors stop start-up).
+    ``collections``/``clients``/``jobs`` may be passed when already built
+    (``gateway serve`` builds them before binding so config errors stop
+    start-up). The jobs service starts after the store opens (its recovery
+    done) and stops before it closes.
     """
     # The API's handlers are imported here, not with this module: building
     # collections (gateway check-config) needs none of them.
     from gateway.api.index import ia_cdx_handler, index_handler
+    from gateway.api.jobs import jobs_handler
     from gateway.api.memento import (
         memento_handler,
         timegate_handler,
@@ -231,6 +236,10 @@ def create_app(
     if collections is None:
         collections = build_collections(config, clients)
     canonical_urlkey("http://example.com/")  # imports surt now, not during the first request
+    if jobs is None:
+        from gateway.jobs.service import JobsService
+
+        jobs = JobsService.from_config(config, role="serve")
     app = web.Application()
     app[CONFIG] = config
     app[CLIENTS] = clients
@@ -238,6 +247,8 @@ def create_app(
     app[TIMEMAP_PAGE_SIZE] = config.memento.timemap_page_size
     metrics = app[METRICS] = Metrics()
     readiness = app[READINESS] = Readiness()
+    app[JOBS] = jobs
+    register_collector(app, jobs.collector())  # the jobs' families in /metrics
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         shared = app[CLIENTS]
@@ -255,9 +266,11 @@ def create_app(
             readiness.clear("store")
         readiness.clear("startup")
         try:
+            await app[JOBS].start()
             yield
         finally:
             readiness.block("shutdown", "the app is stopping")
+            await app[JOBS].stop()
             for collection in app[COLLECTIONS].values():
                 await collection.aclose()
             if shared.store is not None:
@@ -271,6 +284,7 @@ def create_app(
         ("GET", "/_status", status_handler),
         ("GET", "/_health", health_handler),
         ("GET", "/_ready", ready_handler),
+        ("GET", "/_jobs", jobs_handler),
         ("GET", "/metrics", metrics_handler),
         ("GET", "/openapi.json", openapi_handler),
         ("GET", "/{coll}/index", index_handler),

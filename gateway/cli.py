@@ -1,4 +1,4 @@
-"""The ``gateway`` command: serve | check-config | index | store.
+"""The ``gateway`` command: serve | check-config | index | store | worker | jobs.
 
 Exit status: 0 success, 1 a command failed, 2 bad usage or a bad config
 (reported before anything binds a port).
@@ -57,6 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.app import build_collections
     from gateway.clients import SharedClients
     from gateway.errors import ConfigError
+    from gateway.jobs.service import JobsService
     from gateway.logs import configure_logging
     from gateway.store.errors import StoreError
     from gateway.workers import store_conflict
@@ -65,6 +66,9 @@ def _serve(args: argparse.Namespace) -> int:
         config = _load(args.config)
         clients = SharedClients(config.client)
         collections = build_collections(config, clients)
+        # The jobs' plugins resolve now, or the bad config stops start-up; each
+        # serving process makes its own service (create_app), one of them runs it.
+        JobsService.from_config(config, role="serve")
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
         return 2
@@ -338,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.store.cli import add_subcommands as add_store_subcommands
 
     add_store_subcommands(sub)
+
+    from gateway.jobs.cli import add_subcommands as add_jobs_subcommands
+
+    add_jobs_subcommands(sub)
     return parser
 
 

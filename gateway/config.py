@@ -46,6 +46,7 @@ import yaml
 from gateway.clients import ClientSettings
 from gateway.errors import ConfigError
 from gateway.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules
+from gateway.jobs.settings import JobsSettings
 from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_kind_for_shorthand
 from gateway.sources import SOURCE_TYPES
 from gateway.storage import STORAGE_TYPES
@@ -160,6 +161,8 @@ class GatewayConfig:
     store: StoreSettings = dataclasses.field(default_factory=StoreSettings)
     #: True when the file has a ``store:`` section.
     store_configured: bool = False
+    #: Background work (``jobs:``, :mod:`gateway.jobs`).
+    jobs: JobsSettings = dataclasses.field(default_factory=JobsSettings)
     source_file: str = "<string>"
 
     @property
@@ -198,7 +201,7 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     if data is None:
         data = {}
     root = _mapping(data, "(top level)")
-    _reject_unknown(root, {"collections", "client", "memento", "store"}, "(top level)")
+    _reject_unknown(root, {"collections", "client", "memento", "store", "jobs"}, "(top level)")
     collections_data = _mapping(root.get("collections") or {}, "collections")
     collections: dict[str, CollectionConfig] = {}
     for name, value in collections_data.items():
@@ -213,12 +216,14 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     client = _dataclass(ClientSettings, root.get("client") or {}, "client")
     store = _store(root.get("store") or {}, "store")
     memento = _dataclass(MementoSettings, root.get("memento") or {}, "memento")
+    jobs = _dataclass(JobsSettings, root.get("jobs") or {}, "jobs")
     return GatewayConfig(
         collections=collections,
         client=client,
         memento=memento,
         store=store,
         store_configured="store" in root,
+        jobs=jobs,
         source_file=source_file,
     )
 

@@ -12,6 +12,7 @@
     │   ├── SourceBadAnswer                ... answered something unparseable
     │   └── SourceSkipped                  ... skipped by its circuit breaker
     ├── AllSourcesFailed              503  every source of a lookup failed
+    ├── JobsUnavailable               503  the jobs database cannot be read (/_jobs)
     └── LoadError                     404  one capture could not be loaded
         ├── ArchiveFileNotFound            ... no configured prefix holds the file
         ├── ArchiveUnavailable             ... I/O failed: HTTP 5xx, refused, read error
@@ -48,6 +49,7 @@ __all__ = [
     "BadRequest",
     "ConfigError",
     "GatewayError",
+    "JobsUnavailable",
     "LiveFetchRefused",
     "LoadError",
     "NotFound",
@@ -117,6 +119,12 @@ class ConfigError(GatewayError):
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
+
+
+class JobsUnavailable(GatewayError):
+    """The background jobs' database cannot be read (``GET /_jobs``, HTTP 503)."""
+
+    status = 503
 
 
 class NotFound(GatewayError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from gateway.aggregate import Collection
@@ -10,7 +12,18 @@ from gateway.config import GatewayConfig
 from gateway.metrics import Metrics
 from gateway.readiness import Readiness
 
-__all__ = ["CLIENTS", "COLLECTIONS", "CONFIG", "METRICS", "READINESS", "TIMEMAP_PAGE_SIZE"]
+if TYPE_CHECKING:
+    from gateway.jobs.service import JobsService
+
+__all__ = [
+    "CLIENTS",
+    "COLLECTIONS",
+    "CONFIG",
+    "JOBS",
+    "METRICS",
+    "READINESS",
+    "TIMEMAP_PAGE_SIZE",
+]
 
 COLLECTIONS = web.AppKey("collections", dict[str, Collection])
 CLIENTS = web.AppKey("clients", SharedClients)
@@ -22,3 +35,7 @@ TIMEMAP_PAGE_SIZE = web.AppKey("timemap_page_size", int)
 METRICS = web.AppKey("metrics", Metrics)
 #: What keeps ``/_ready`` from answering 200 (:mod:`gateway.readiness`).
 READINESS = web.AppKey("readiness", Readiness)
+#: The app's background jobs (:mod:`gateway.jobs.service`), started and
+#: stopped by its cleanup context; typed without importing the jobs (and the
+#: store) with this module.
+JOBS: web.AppKey[JobsService] = web.AppKey("jobs")

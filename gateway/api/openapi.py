@@ -337,6 +337,20 @@ def _paths() -> dict[str, dict[str, Any]]:
                 {"503": {"description": "not ready", "content": _JSON_OBJECT}},
             )
         },
+        "/_jobs": {
+            "get": _status_op(
+                "Background jobs",
+                "Per object type (import, scrub, plugins' types): `states` (count per "
+                "state), `due`, `oldest_due`, `running` (active leases by process), "
+                "`last_errors`, `attention`; and this process's `orchestrator` (`enabled`, "
+                "`active`, actors `running`, `queues`). As `gateway jobs --json`.",
+                {"description": "the report", "content": _JSON_OBJECT},
+                {
+                    "503": {"description": "the store's database cannot be read"}
+                    | {"content": _JSON_OBJECT}
+                },
+            )
+        },
         "/metrics": {
             "get": _status_op(
                 "Prometheus metrics",

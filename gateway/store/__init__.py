@@ -15,6 +15,9 @@ Modules, one concept each:
 - :mod:`~gateway.store.verify`    framing + warcio digests of one file
 - :mod:`~gateway.store.recovery`  recovery at open: unfinished files and imports only
 - :mod:`~gateway.store.importer`  ``store add``: verify, stage, publish
+- :mod:`~gateway.store.online_import`  the ``import`` actor type: files handed to a live store
+- :mod:`~gateway.store.scrub`     the ``scrub`` actor type: closed files verified again
+- :mod:`~gateway.store.store_actor`  the base of the store's actor types (:mod:`gateway.jobs`)
 - :mod:`~gateway.store.check`     ``store check``
 - :mod:`~gateway.store.repair`    ``store repair``
 - :mod:`~gateway.store.layout`    directory layout, file names, the locks of several processes

@@ -47,7 +47,15 @@ from gateway.store.verify import FileVerdict, RecordInfo, verify_file, written_b
 if TYPE_CHECKING:
     from gateway.progress import Bar
 
-__all__ = ["CheckReport", "Problem", "ProblemKind", "check_files", "check_store"]
+__all__ = [
+    "CheckReport",
+    "Problem",
+    "ProblemKind",
+    "check_files",
+    "check_store",
+    "compare_rows",
+    "verify_problems",
+]
 
 ProblemKind = Literal[
     "index_db",
@@ -134,9 +142,14 @@ def _indexable(info: RecordInfo) -> bool:
     return is_indexed(info.rec_type, info.content_type, info.warc_date)
 
 
-def _compare_rows(
+def compare_rows(
     file: FileRow, rows: list[StoredRow], verdict: FileVerdict, db: IndexDB, out: list[Problem]
 ) -> None:
+    """Append to ``out`` how ``rows`` (index entries of ``file``) disagree with ``verdict``.
+
+    ``verdict.records`` may cover part of the file (the scrub verifies a
+    file a range at a time): then ``rows`` must be the entries of that range.
+    """
     by_offset = {info.offset: info for info in verdict.records}
     indexed = set()
     name = file.disk_name
@@ -212,7 +225,8 @@ def _compare_rows(
         )
 
 
-def _verify_problems(name: str, is_open: bool, verdict: FileVerdict) -> list[Problem]:
+def verify_problems(name: str, is_open: bool, verdict: FileVerdict) -> list[Problem]:
+    """The framing and digest problems of ``verdict`` as :class:`Problem` values."""
     out: list[Problem] = []
     if verdict.framing_error is not None:
         # In a file still being written, whatever follows the last whole record
@@ -354,7 +368,7 @@ def check_files(
         report.files += 1
         report.records += len(verdict.records)
         report.notes.extend(f"warcs/{path.name}: {note}" for note in verdict.notes)
-        problems = _verify_problems(path.name, file.open, verdict)
+        problems = verify_problems(path.name, file.open, verdict)
         report.problems.extend(problems)
         if file.state == "closed" and file.sha256 is not None and not problems:
             actual = file_sha256(path, progress=bar.update)
@@ -371,7 +385,7 @@ def check_files(
             bar.update(size)
         rows = db.rows_of_file(file.id)
         report.entries += len(rows)
-        _compare_rows(file, rows, verdict, db, report.problems)
+        compare_rows(file, rows, verdict, db, report.problems)
     bar.close()
     return report
 

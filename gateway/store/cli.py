@@ -2,7 +2,7 @@
 
 ::
 
-    gateway store add [--root DIR | --config FILE] [--progress | --no-progress] WARC...
+    gateway store add [--root DIR | --config FILE] [--progress | --no-progress] [--no-wait] WARC...
     gateway store history [--root DIR | --config FILE] URL
                           [--at TS | --from TS --to TS | --latest | --all] [--output cdxj|json]
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
@@ -23,26 +23,33 @@ and ``repair`` draw a progress bar on standard error when it is a terminal
 
 ``check`` never changes anything; ``add`` and ``history`` work beside a
 running gateway (they open the store shared); ``repair`` needs the store to
-itself (stop every process using it first). Also runnable alone:
+itself (stop every process using it first). ``add`` hands the files to the
+store as ``import`` objects of its background work and imports them itself
+(an import actor over its own files), unless ``--no-wait`` leaves them to a
+running ``gateway serve`` or ``gateway worker``; see
+:mod:`gateway.store.online_import`. Also runnable alone:
 ``python -m gateway.store.cli check --root DIR``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gateway.errors import ConfigError
 from gateway.progress import add_progress_argument
 from gateway.store.errors import StoreError, StoreLocked
 from gateway.store.layout import DEFAULT_ROOT
 
 if TYPE_CHECKING:
+    from gateway.jobs.db import JobObject
+    from gateway.jobs.settings import JobsSettings
     from gateway.progress import Bar
-    from gateway.store.importer import ImportResult
     from gateway.store.settings import StoreSettings
 
 # The commands import the store itself when they run (warcio, SQLite and
@@ -87,57 +94,108 @@ def _err(command: str, message: object) -> None:
 
 
 # ------------------------------------------------------------------ commands
+def _jobs_settings(args: argparse.Namespace) -> JobsSettings:
+    """The ``jobs:`` section of ``--config`` (the import's tick limit), else the defaults."""
+    from gateway.jobs.settings import JobsSettings
+
+    if args.config and args.settings_loader is None:
+        from gateway.config import load_config
+
+        return load_config(args.config).jobs
+    return JobsSettings()
+
+
 def _cmd_add(args: argparse.Namespace) -> int:
-    from gateway.progress import progress_bar
-    from gateway.store.errors import ImportRejected
-    from gateway.store.importer import verify_source
-    from gateway.store.store import Store
-
-    settings = _settings(args)
-    # Verification reads each file three times (framing, warcio's digests, SHA-256).
-    total = 3 * sum(p.stat().st_size for p in map(Path, args.warcs) if p.is_file())
-
-    async def run() -> int:
-        status = 0
-        store: Store | None = None  # opened at the first file accepted: a refusal changes nothing
-        try:
-            with progress_bar("store add", total, enabled=args.progress) as bar:
-                for name in args.warcs:
-                    try:
-                        source = await asyncio.to_thread(
-                            verify_source, Path(name), progress=bar.update
-                        )
-                        if store is None:
-                            store = await Store.open(settings, mode="shared")
-                        result = await store.add_verified(source)
-                    except ImportRejected as exc:
-                        status = 1
-                        problems = "".join(f"\n  {problem}" for problem in exc.problems)
-                        message = f"{name}: refused, nothing was changed:{problems}"
-                        bar.write(f"gateway store add: {message}", file=sys.stderr)
-                        continue
-                    _report_added(bar, name, result)
-        finally:
-            if store is not None:
-                await store.close()
-        return status
-
     import asyncio
 
-    return asyncio.run(run())
+    from gateway.progress import progress_bar
+    from gateway.store.online_import import Settled, add_files
+
+    settings = _settings(args)
+    sources = [Path(name).absolute() for name in args.warcs]
+    # Verification reads each file three times (framing, warcio's digests, SHA-256).
+    total = 3 * sum(p.stat().st_size for p in sources if p.is_file())
+    waiting_for: set[tuple[int, str]] = set()
+
+    with progress_bar("store add", total, enabled=args.progress) as bar:
+
+        def on_final(obj: JobObject) -> None:
+            _report_import(bar, obj)
+
+        def on_settled(item: Settled) -> None:
+            path, status, detail = item
+            if status == "present":
+                bar.write(f"{path}: already in the store as warcs/{detail}", file=sys.stdout)
+            else:
+                _report_refused(bar, path, detail)
+
+        def on_waiting(pending: list[JobObject]) -> None:
+            for obj in pending:
+                owner = obj.lease_owner or ""
+                key = (obj.id, owner or obj.last_error or "")
+                if key in waiting_for:
+                    continue
+                waiting_for.add(key)
+                if owner and not owner.startswith("store-add"):
+                    line = f"{obj['source_path']}: being imported by {owner}"
+                    bar.write(line, file=sys.stderr)
+                elif obj.last_error:
+                    line = f"{obj['source_path']}: trying again after: {obj.last_error}"
+                    bar.write(line, file=sys.stderr)
+
+        report = asyncio.run(
+            add_files(
+                settings,
+                sources,
+                settings=_jobs_settings(args),
+                wait=not args.no_wait,
+                on_final=on_final,
+                on_settled=on_settled,
+                on_waiting=on_waiting,
+                progress=bar.update,
+            )
+        )
+    if args.no_wait:
+        print(
+            f"store add: handed in {len(sources)} file(s) (batch {report.batch});"
+            " a running `gateway serve` or `gateway worker` imports them;"
+            " `gateway jobs` shows how far they are"
+        )
+        return 0
+    counts = [
+        f"{report.count('imported')} imported",
+        f"{report.count('present')} already present",
+        f"{report.count('refused')} refused",
+    ]
+    if report.count("failed"):
+        counts.append(f"{report.count('failed')} failed")
+    print(f"store add: {', '.join(counts)}")
+    return 0 if report.ok else 1
 
 
-def _report_added(bar: Bar, name: str, result: ImportResult) -> None:
-    """The line ``store add`` prints above its bar for a file it took."""
-    if result.already_present:
-        bar.write(f"{name}: already in the store as warcs/{result.name}", file=sys.stdout)
+def _report_refused(bar: Bar, source: object, reason: str) -> None:
+    problems = "".join(f"\n  {line}" for line in reason.splitlines())
+    bar.write(
+        f"gateway store add: {source}: refused, nothing was changed:{problems}", file=sys.stderr
+    )
+
+
+def _report_import(bar: Bar, obj: JobObject) -> None:
+    """The line ``store add`` prints above its bar when a file's import ends."""
+    source = obj["source_path"]
+    if obj.status == "imported":
+        line = f"{source}: added as warcs/{obj['stored_as']}, {obj['captures']} captures indexed"
+        bar.write(line, file=sys.stdout)
+        for note in json.loads(str(obj["notes"])):
+            bar.write(f"  note: {note}", file=sys.stdout)
+    elif obj.status == "present":
+        bar.write(f"{source}: already in the store as warcs/{obj['stored_as']}", file=sys.stdout)
+    elif obj.status == "refused":
+        _report_refused(bar, source, str(obj["reason"]))
     else:
         bar.write(
-            f"{name}: added as warcs/{result.name}, {result.records} captures indexed",
-            file=sys.stdout,
+            f"gateway store add: {source}: failed, gave up: {obj.last_error}", file=sys.stderr
         )
-    for note in result.notes:
-        bar.write(f"  note: {note}", file=sys.stdout)
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -246,6 +304,9 @@ def _guarded(command: str, func: Callable[[argparse.Namespace], int]) -> Callabl
         except StoreError as exc:
             _err(command, exc)
             return 2 if "no store" in exc.message else 1
+        except ConfigError as exc:
+            _err(command, f"bad config {args.config}: {exc}")
+            return 2
 
     return run
 
@@ -273,6 +334,11 @@ def add_store_commands(
     add_progress_argument(add)
     add.add_argument(
         "warcs", nargs="+", metavar="WARC", help=".warc, .warc.gz, .arc or .arc.gz files"
+    )
+    add.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="hand the files in and return; a running gateway serve or worker imports them",
     )
     add.set_defaults(run=_guarded("add", _cmd_add))
 

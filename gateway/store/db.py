@@ -54,6 +54,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
 
@@ -197,6 +198,13 @@ def _connect(path: Path, *, synchronous: str, access: Access) -> sqlite3.Connect
     return conn
 
 
+def _schedule_scrub(conn: sqlite3.Connection, file_id: int, *, verified: bool) -> None:
+    """A closed file's verification, made in the transaction that closes it (:mod:`.scrub`)."""
+    from gateway.store.scrub import write_scrub_of_closed_file  # imports this module
+
+    write_scrub_of_closed_file(conn, file_id, datetime.now(UTC), verified=verified)
+
+
 class IndexDB:
     """A connection to the index: files, rows, dedup lookups.
 
@@ -310,6 +318,7 @@ class IndexDB:
                 "UPDATE files SET state = 'closed', sha256 = ?, open_link = ? WHERE id = ?",
                 (sha256, int(open_link), file_id),
             )
+            _schedule_scrub(conn, file_id, verified=False)
 
     def clear_open_link(self, file_id: int) -> None:
         with self.transaction() as conn:
@@ -372,6 +381,7 @@ class IndexDB:
                     "UPDATE files SET state = 'closed', sha256 = ? WHERE id = ?",
                     (closed_sha256, file_id),
                 )
+                _schedule_scrub(conn, file_id, verified=True)
         return ids
 
     def truncate_file_rows(self, file_id: int, size: int) -> int:
@@ -398,10 +408,12 @@ class IndexDB:
             conn.execute("DELETE FROM captures WHERE file_id = ?", (file_id,))
             conn.execute("UPDATE files SET indexed_end = 0 WHERE id = ?", (file_id,))
 
-    def rows_of_file(self, file_id: int) -> list[StoredRow]:
-        """Rows of one file ordered by offset."""
+    def rows_of_file(self, file_id: int, start: int = 0, end: int | None = None) -> list[StoredRow]:
+        """Rows of one file ordered by offset; with ``start``/``end``, those at offsets in range."""
         rows = self.conn.execute(
-            f"SELECT {_ROW_COLUMNS} {_FROM} WHERE c.file_id = ? ORDER BY c.offset", (file_id,)
+            f"SELECT {_ROW_COLUMNS} {_FROM} WHERE c.file_id = ? AND c.offset >= ?"
+            " AND c.offset < ? ORDER BY c.offset",
+            (file_id, start, end if end is not None else 1 << 62),
         ).fetchall()
         return [_stored(r) for r in rows]
 

@@ -56,6 +56,7 @@ __all__ = [
     "VerifiedSource",
     "abort",
     "import_file",
+    "known_in_store",
     "publish",
     "stage",
     "verify_source",
@@ -154,12 +155,35 @@ def verify_source(source: Path, *, progress: Progress | None = None) -> Verified
     )
 
 
-def _present(layout: Layout, db: IndexDB, source: VerifiedSource) -> ImportResult | None:
-    """The result when the store holds these bytes already; raises on a name clash."""
-    same = db.files_with_sha256(source.sha256)
-    for other in same:
+def known_in_store(db: IndexDB, source: VerifiedSource) -> ImportResult | None:
+    """What the index already says of ``source``, reading only (blocking).
+
+    The result when the same bytes are in the store (closed, under any
+    name); raises :class:`ImportRejected` when a closed file of that name has
+    another recorded SHA-256; None otherwise (including a row of an older
+    release without a SHA-256, which :func:`stage` settles).
+    """
+    for other in db.files_with_sha256(source.sha256):
         if other.state == "closed":
             return ImportResult(name=other.name, records=0, already_present=True)
+    file = db.file_by_name(source.name)
+    if file is not None and file.state == "closed" and file.sha256 is not None:
+        raise _name_taken(source)
+    return None
+
+
+def _name_taken(source: VerifiedSource) -> ImportRejected:
+    return ImportRejected(
+        str(source.path),
+        [f"a different file named {source.name} is already in the store; rename it to import it"],
+    )
+
+
+def _present(layout: Layout, db: IndexDB, source: VerifiedSource) -> ImportResult | None:
+    """The result when the store holds these bytes already; raises on a name clash."""
+    known = known_in_store(db, source)
+    if known is not None:
+        return known
     file = db.file_by_name(source.name)
     if file is None or file.state != "closed":
         return None
@@ -169,10 +193,7 @@ def _present(layout: Layout, db: IndexDB, source: VerifiedSource) -> ImportResul
         db.set_sha256(file.id, sha256)
         if sha256 == source.sha256:
             return ImportResult(name=file.name, records=0, already_present=True)
-    raise ImportRejected(
-        str(source.path),
-        [f"a different file named {source.name} is already in the store; rename it to import it"],
-    )
+    raise _name_taken(source)
 
 
 def stage(layout: Layout, db: IndexDB, source: VerifiedSource) -> StagedImport | ImportResult:

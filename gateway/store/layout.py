@@ -6,6 +6,8 @@
                                  collection of the default config reads)
       store.lock                 flock: see "Locks" below
       writer.lock                flock: held by the one process writing WARC files
+      jobs.lock                  flock: the serving process that runs the background
+                                 jobs (gateway.jobs; workers run theirs anyway)
       index.sqlite3              the capture and file index (WAL mode; -wal, -shm)
       warcs/                     the store's WARC files (layout 1, ``fs_version`` 1);
                                  CDX ``filename`` values are names in it

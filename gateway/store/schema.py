@@ -26,9 +26,11 @@ The schema after every step (``sqlite3 index.sqlite3 .schema`` shows it)::
           state, open_link, sha256, fs_version, date)       -- step 2
     captures(id, urlkey, timestamp, file_id, offset, length, rec_type,
              url, mime, status, digest, warc_date, record_id, extra)  -- step 1
+    jobs_object_types, jobs_import, jobs_scrub                  -- step 3
+        (the background jobs' objects: :mod:`gateway.jobs`)
     copies(name, storage, sha256, status, mtime, verified_at,
-           archived, detail)                                -- step 3
-    publications(name, target, sha256, mtime, captures)     -- step 3
+           archived, detail)                                -- step 4
+    publications(name, target, sha256, mtime, captures)     -- step 4
 
 :mod:`gateway.store.db` says what each column of ``files`` and ``captures``
 means, :mod:`gateway.store.copies` those of ``copies`` and ``publications``.
@@ -134,8 +136,104 @@ def add_file_facts(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX files_sha256 ON files(sha256) WHERE sha256 IS NOT NULL")
 
 
+def add_jobs_tables(conn: sqlite3.Connection) -> None:
+    """Step 3: the background jobs' tables: ``import`` and ``scrub`` objects.
+
+    The DDL :func:`gateway.jobs.db.create_schema` makes from the object
+    types' declarations (:mod:`gateway.store.online_import`,
+    :mod:`gateway.store.scrub`) as they are at this step, written out so
+    that the step stays the same forever; a test holds the two equal, so a
+    change to either declaration comes with a step of its own. Closed files
+    of older releases get their scrub objects from the scrub actor type's
+    seeding, not here (this step reads no WARC file and stays O(1)).
+    """
+    statements = (
+        """CREATE TABLE IF NOT EXISTS jobs_object_types (
+            name TEXT PRIMARY KEY,
+            table_name TEXT NOT NULL,
+            states TEXT NOT NULL,
+            final TEXT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS jobs_import (
+            id INTEGER PRIMARY KEY,
+            status TEXT NOT NULL,
+            retry_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            last_error_at TEXT,
+            lease_owner TEXT,
+            batch TEXT NOT NULL DEFAULT '',
+            source_path TEXT NOT NULL,
+            name TEXT NOT NULL DEFAULT '',
+            size INTEGER NOT NULL DEFAULT 0,
+            sha256 TEXT NOT NULL DEFAULT '',
+            date TEXT,
+            records INTEGER NOT NULL DEFAULT 0,
+            notes TEXT NOT NULL DEFAULT '[]',
+            stored_as TEXT NOT NULL DEFAULT '',
+            captures INTEGER NOT NULL DEFAULT 0,
+            reason TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_import_due ON jobs_import(retry_at)"
+        " WHERE retry_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_import_status ON jobs_import(status)",
+        "CREATE INDEX IF NOT EXISTS jobs_import_errors ON jobs_import(last_error_at)"
+        " WHERE last_error_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_import_batch ON jobs_import(batch)",
+        """CREATE TABLE IF NOT EXISTS jobs_scrub (
+            id INTEGER PRIMARY KEY,
+            status TEXT NOT NULL,
+            retry_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            last_error_at TEXT,
+            lease_owner TEXT,
+            file_name TEXT NOT NULL,
+            resume_offset INTEGER NOT NULL DEFAULT 0,
+            pass_started_at TEXT,
+            pass_records INTEGER NOT NULL DEFAULT 0,
+            pass_problems TEXT NOT NULL DEFAULT '[]',
+            verified_at TEXT,
+            records INTEGER NOT NULL DEFAULT 0,
+            problems TEXT NOT NULL DEFAULT '[]',
+            result TEXT NOT NULL DEFAULT '',
+            passes INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_scrub_due ON jobs_scrub(retry_at)"
+        " WHERE retry_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_scrub_status ON jobs_scrub(status)",
+        "CREATE INDEX IF NOT EXISTS jobs_scrub_errors ON jobs_scrub(last_error_at)"
+        " WHERE last_error_at IS NOT NULL",
+        "CREATE UNIQUE INDEX IF NOT EXISTS jobs_scrub_file_name ON jobs_scrub(file_name)",
+    )
+    for statement in statements:
+        conn.execute(statement)
+    conn.executemany(
+        "INSERT OR REPLACE INTO jobs_object_types (name, table_name, states, final)"
+        " VALUES (?, ?, ?, ?)",
+        [
+            (
+                "import",
+                "jobs_import",
+                '["queued", "verified", "imported", "present", "refused", "failed"]',
+                '["imported", "present", "refused", "failed"]',
+            ),
+            (
+                "scrub",
+                "jobs_scrub",
+                '["verifying", "good", "damaged", "missing"]',
+                '["missing"]',
+            ),
+        ],
+    )
+
+
 def add_copy_status(conn: sqlite3.Connection) -> None:
-    """Step 3: the replication status of every copy, and what was published (issue 13).
+    """Step 4: the replication status of every copy, and what was published (issue 13).
 
     ``copies``: one row per (file name, storage) that replication has
     touched, with the Software Heritage archiver's status (``missing``,
@@ -178,6 +276,7 @@ def add_copy_status(conn: sqlite3.Connection) -> None:
 STEPS: Final[list[Step]] = [
     create_index_tables,
     add_file_facts,
+    add_jobs_tables,
     add_copy_status,
 ]
 

@@ -28,6 +28,8 @@ __all__ = [
     "STORE_SOFTWARE",
     "FileVerdict",
     "RecordInfo",
+    "drain",
+    "record_info",
     "record_problem",
     "verify_file",
     "written_by_store",
@@ -86,9 +88,26 @@ class FileVerdict:
         return self.framing_error is None and not self.bad_records
 
 
-def _drain(stream: Any) -> None:
+def drain(stream: Any) -> None:
+    """Read ``stream`` to its end (warcio checks digests as the payload is read)."""
     while stream.read(_CHUNK):
         pass
+
+
+def record_info(record: Any, offset: int, length: int, *, arc: bool) -> RecordInfo:
+    """The :class:`RecordInfo` of a warcio record read whole at ``[offset, offset + length)``."""
+    headers = record.rec_headers
+    return RecordInfo(
+        offset=offset,
+        length=length,
+        rec_type=str(record.rec_type),
+        record_id=record_id_of(record, arc=arc),
+        url=headers.get_header("WARC-Target-URI") or "",
+        warc_date=headers.get_header("WARC-Date") or "",
+        payload_digest=headers.get_header("WARC-Payload-Digest") or "",
+        refers_to=headers.get_header("WARC-Refers-To") or "",
+        content_type=headers.get_header("Content-Type") or "",
+    )
 
 
 def verify_file(path: Path, *, progress: Progress | None = None) -> FileVerdict:
@@ -120,26 +139,13 @@ def verify_file(path: Path, *, progress: Progress | None = None) -> FileVerdict:
                 RangeReader(fh, 0, verdict.good_end), check_digests=True, arc2warc=True
             )
             for record in iterator:
-                _drain(record.raw_stream)
-                headers = record.rec_headers
+                drain(record.raw_stream)
                 offset = iterator.get_record_offset()
                 length = iterator.get_record_length()
                 checker = record.digest_checker
                 if checker.passed is False:
                     verdict.bad_records[offset] = "; ".join(str(p) for p in checker.problems)
-                verdict.records.append(
-                    RecordInfo(
-                        offset=offset,
-                        length=length,
-                        rec_type=str(record.rec_type),
-                        record_id=record_id_of(record, arc=verdict.arc),
-                        url=headers.get_header("WARC-Target-URI") or "",
-                        warc_date=headers.get_header("WARC-Date") or "",
-                        payload_digest=headers.get_header("WARC-Payload-Digest") or "",
-                        refers_to=headers.get_header("WARC-Refers-To") or "",
-                        content_type=headers.get_header("Content-Type") or "",
-                    )
-                )
+                verdict.records.append(record_info(record, offset, length, arc=verdict.arc))
                 advance(offset + length - done)
                 done = offset + length
         except ArchiveLoadFailed as exc:
@@ -152,7 +158,7 @@ def record_problem(fh: IO[bytes], start: int, end: int) -> str | None:
     """warcio's digest check of the whole record at ``[start, end)``: why it fails, or None."""
     try:
         for record in ArchiveIterator(RangeReader(fh, start, end), check_digests=True):
-            _drain(record.raw_stream)
+            drain(record.raw_stream)
             checker = record.digest_checker
             if checker.passed is False:
                 return "; ".join(str(p) for p in checker.problems)

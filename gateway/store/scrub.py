@@ -1,0 +1,405 @@
+"""Scrub: closed WARC files verified again, a time-boxed tick at a time, forever.
+
+Every closed WARC file of the store has one ``scrub`` object (made when the
+writer closes the file, when an import indexes it, and at each orchestrator
+start for files that have none). A pass over a file verifies what ``store
+check`` verifies: every record is whole (its gzip member complete, CRC and
+length trailer included), its ``WARC-Block-Digest`` and
+``WARC-Payload-Digest`` hold (warcio), and the index entries of the file
+point at exactly its records. A pass is cut into ticks of at most about half
+of ``scrub_max_tick_s`` each, ending at a record boundary; the offset
+reached is kept (``resume_offset``), so a store of any size is covered at a
+steady pace, as ``borg check --max-duration`` and git-annex's incremental
+fsck do. The queue takes the objects whose ``retry_at`` has passed oldest
+first: files least recently verified first.
+
+::
+
+    verifying --(a chunk verified, more to go)--> verifying
+    verifying --> good       the pass found nothing; due again in scrub_interval_days
+    verifying --> damaged    problems (kind, record offset, message); due again daily
+    good, damaged --> verifying   the next pass starts
+    any --> missing          the file left the index (repaired into a new file)
+
+Each file keeps ``verified_at``, its last result and its problems; a
+damaged file is logged at WARNING with the record and offset, and ``store
+repair`` mends it (the salvaged file gets an object of its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import IO, Final
+
+from warcio.archiveiterator import ArchiveIterator
+from warcio.exceptions import ArchiveLoadFailed
+
+from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
+from gateway.jobs.db import JobObject, Value, format_time, utcnow
+from gateway.jobs.model import ObjectType
+from gateway.jobs.settings import JobsSettings
+from gateway.store.check import Problem, compare_rows, verify_problems
+from gateway.store.db import FileRow, IndexDB
+from gateway.store.framing import Frame, FramingError, file_format, scan_frames
+from gateway.store.indexing import RangeReader
+from gateway.store.layout import Layout
+from gateway.store.store_actor import StoreActorType
+from gateway.store.verify import FileVerdict, drain, record_info
+
+__all__ = [
+    "SCRUB",
+    "Chunk",
+    "ScrubActor",
+    "verify_chunk",
+    "write_scrub_backfill",
+    "write_scrub_of_closed_file",
+]
+
+logger = logging.getLogger(__name__)
+
+SCRUB: Final = ObjectType(
+    name="scrub",
+    description="a closed WARC file verified again and again (records, digests, index)",
+    states=("verifying", "good", "damaged", "missing"),
+    initial="verifying",
+    final=("missing",),
+    transitions=(
+        ("verifying", "verifying"),
+        ("verifying", "good"),
+        ("verifying", "damaged"),
+        ("verifying", "missing"),
+        ("good", "verifying"),
+        ("good", "missing"),
+        ("damaged", "verifying"),
+        ("damaged", "missing"),
+    ),
+    columns=(
+        ("file_name", "TEXT NOT NULL"),
+        ("resume_offset", "INTEGER NOT NULL DEFAULT 0"),
+        ("pass_started_at", "TEXT"),
+        ("pass_records", "INTEGER NOT NULL DEFAULT 0"),
+        ("pass_problems", "TEXT NOT NULL DEFAULT '[]'"),
+        ("verified_at", "TEXT"),
+        ("records", "INTEGER NOT NULL DEFAULT 0"),
+        ("problems", "TEXT NOT NULL DEFAULT '[]'"),
+        ("result", "TEXT NOT NULL DEFAULT ''"),
+        ("passes", "INTEGER NOT NULL DEFAULT 0"),
+    ),
+    unique=(("file_name",),),
+    attention_states=("damaged",),
+    label_column="file_name",
+    detail_column="result",
+)
+
+#: When a file verified on import is first verified again (``scrub_interval_days``
+#: applies from its next pass on: the store's own code does not read settings).
+FIRST_INTERVAL_S: Final = 30 * 86_400.0
+#: Problems kept per pass (a file damaged early has an entry per later index row).
+MAX_PROBLEMS: Final = 100
+#: A damaged file is verified again at least this often (a repair may have mended it).
+DAMAGED_RECHECK_S: Final = 86_400.0
+#: The share of the tick limit spent verifying; the rest is for the index rows and the write.
+_BUDGET_SHARE: Final = 0.5
+
+
+# ------------------------------------------------------------------------ writes
+def write_scrub_of_closed_file(
+    conn: sqlite3.Connection, file_id: int, now: datetime, *, verified: bool
+) -> None:
+    """Give a file that was just closed its scrub object: one statement.
+
+    Run by :class:`~gateway.store.db.IndexDB` inside the transaction that
+    closes the file (the writer's close, recovery's, an import's), so a
+    closed file never lacks one. ``INSERT OR IGNORE``: once per file.
+    ``verified``: the file was verified just now (an import), so it starts
+    ``good``, due again in :data:`FIRST_INTERVAL_S`; otherwise it is due now.
+    """
+    stamp = format_time(now)
+    if verified:
+        status, due = "good", format_time(now + timedelta(seconds=FIRST_INTERVAL_S))
+        verified_at, result = stamp, "ok (verified on import)"
+    else:
+        status, due, verified_at, result = SCRUB.initial, stamp, None, ""
+    conn.execute(
+        f"INSERT OR IGNORE INTO {SCRUB.table} (status, retry_at, created_at, updated_at,"
+        " file_name, verified_at, result) SELECT ?, ?, ?, ?, name, ?, ? FROM files WHERE id = ?",
+        (status, due, stamp, stamp, verified_at, result, file_id),
+    )
+
+
+def write_scrub_backfill(conn: sqlite3.Connection, now: datetime) -> int:
+    """A scrub object, due now, for every closed file that has none; returns how many.
+
+    One statement over the store's ``files`` table (nothing when it does not
+    exist yet).
+    """
+    (has_files,) = conn.execute(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'files'"
+    ).fetchone()
+    if not has_files:
+        return 0
+    stamp = format_time(now)
+    cursor = conn.execute(
+        f"INSERT OR IGNORE INTO {SCRUB.table} (status, retry_at, created_at, updated_at,"
+        " file_name) SELECT ?, ?, ?, ?, name FROM files WHERE state = 'closed'",
+        (SCRUB.initial, stamp, stamp, stamp),
+    )
+    return cursor.rowcount
+
+
+# ---------------------------------------------------------------- verification
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """What one tick verified: up to ``next_offset``; ``done`` at the end of the file."""
+
+    next_offset: int
+    done: bool
+    records: int
+    problems: list[Problem]
+
+
+def _check_record(fh: IO[bytes], frame: Frame, verdict: FileVerdict) -> None:
+    try:
+        iterator = ArchiveIterator(
+            RangeReader(fh, frame.offset, frame.end), check_digests=True, arc2warc=True
+        )
+        record = next(iter(iterator))
+        drain(record.raw_stream)
+    except (ArchiveLoadFailed, StopIteration) as exc:
+        verdict.bad_records[frame.offset] = f"warcio cannot read the record: {exc}".strip()
+        return
+    verdict.records.append(record_info(record, frame.offset, frame.length, arc=verdict.arc))
+    checker = record.digest_checker
+    if checker.passed is False:
+        verdict.bad_records[frame.offset] = "; ".join(str(p) for p in checker.problems)
+
+
+def verify_chunk(
+    layout: Layout,
+    index: IndexDB,
+    file: FileRow,
+    start: int,
+    budget_s: float,
+    cancel: threading.Event,
+) -> Chunk:
+    """Verify ``file`` from the record at ``start`` for about ``budget_s`` (blocking).
+
+    Stops after the record during which the budget ran out; raises
+    :class:`WorkCancelled` when ``cancel`` is set. The index entries of the
+    range verified are compared with its records.
+    """
+    path = layout.path_of(file.name, fs_version=file.fs_version)
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        missing = Problem("missing_file", file.name, "the file is missing from warcs/")
+        return Chunk(0, True, 0, [missing])
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        verdict = FileVerdict(size=size, good_end=start, arc=size > 0 and file_format(fh)[1])
+        stop_at = time.monotonic() + budget_s
+        offset = start
+        try:
+            for frame in scan_frames(fh, start):
+                _check_record(fh, frame, verdict)
+                offset = verdict.good_end = frame.end
+                if cancel.is_set():
+                    raise WorkCancelled(f"verifying warcs/{file.name} was cancelled")
+                if time.monotonic() >= stop_at:
+                    break
+        except FramingError as exc:
+            verdict.framing_error = str(exc)
+            offset = size
+        done = offset >= size
+        problems = verify_problems(file.name, False, verdict)
+        rows = index.rows_of_file(file.id, start, None if done else offset)
+        compare_rows(file, rows, verdict, index, problems)
+    return Chunk(offset, done, len(verdict.records), problems)
+
+
+def _merge(known: list[dict[str, object]], new: Iterable[Problem]) -> list[dict[str, object]]:
+    seen = {(p["kind"], p["offset"], p["message"]) for p in known}
+    merged = list(known)
+    for problem in new:
+        key = (problem.kind, problem.offset, problem.message)
+        if key not in seen and len(merged) < MAX_PROBLEMS:
+            seen.add(key)
+            merged.append(
+                {"kind": problem.kind, "offset": problem.offset, "message": problem.message}
+            )
+    return merged
+
+
+def _summary(file_name: str, records: int, problems: list[dict[str, object]]) -> str:
+    if not problems:
+        return f"ok: {records} records"
+    shown = "; ".join(
+        f"offset {p['offset']}: {p['message']} [{p['kind']}]"
+        if p["offset"] is not None
+        else f"{p['message']} [{p['kind']}]"
+        for p in problems[:3]
+    )
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return f"{len(problems)} problem(s) in warcs/{file_name}: {shown}{more}"
+
+
+# --------------------------------------------------------------------- the actor
+class ScrubActor(StoreActorType):
+    """Verifies closed WARC files a time-boxed chunk at a time (see the module docstring)."""
+
+    name = "scrub"
+    object_type = SCRUB
+    queue_states = ("verifying", "good", "damaged")
+    max_concurrent = 1
+    max_tick_s = 10.0
+    backoff_base_s = 10.0
+    backoff_max_s = 3600.0
+
+    @property
+    def interval_s(self) -> float:
+        """How long after a pass the next one is due (``scrub_interval_days``)."""
+        return self.ctx.settings.scrub_interval_days * 86_400.0
+
+    @classmethod
+    def limits(cls, settings: JobsSettings) -> tuple[int, float]:
+        return settings.scrub_max_concurrent, settings.scrub_max_tick_s
+
+    @classmethod
+    async def seed(cls, ctx: JobContext) -> None:
+        """Scrub objects for closed files that have none (closed by recovery, or before)."""
+        added = await ctx.db.call(write_scrub_backfill, utcnow())
+        if added:
+            logger.info("scrub: %d file(s) to verify were not yet scheduled", added)
+
+    async def tick(self, obj: JobObject) -> None:
+        file = await asyncio.to_thread(self.index.file_by_name, str(obj["file_name"]))
+        if obj.status == "good":
+            if file is None:
+                await self.transition_scrub_good_to_missing(obj)
+            else:
+                await self.transition_scrub_good_to_verifying(obj)
+        elif obj.status == "damaged":
+            if file is None:
+                await self.transition_scrub_damaged_to_missing(obj)
+            else:
+                await self.transition_scrub_damaged_to_verifying(obj)
+        elif file is None:
+            await self.transition_scrub_verifying_to_missing(obj)
+        else:
+            await self._verify(obj, file)
+
+    async def _verify(self, obj: JobObject, file: FileRow) -> None:
+        start = int(obj["resume_offset"] or 0)
+        budget = self.tick_limit_s * _BUDGET_SHARE
+        chunk = await in_thread(
+            lambda cancel: verify_chunk(self.layout, self.index, file, start, budget, cancel)
+        )
+        problems = _merge(json.loads(str(obj["pass_problems"])), chunk.problems)
+        records = int(obj["pass_records"] or 0) + chunk.records
+        if not chunk.done:
+            await self.transition_scrub_verifying_to_verifying(
+                obj, chunk.next_offset, records, problems
+            )
+            return
+        result = _summary(file.name, records, problems)
+        if problems:
+            logger.warning(
+                "scrub: warcs/%s is damaged: %s; run `gateway store repair`",
+                file.name,
+                result,
+                extra={"job_type": "scrub", "job_id": obj.id, "file": file.name},
+            )
+            await self.transition_scrub_verifying_to_damaged(obj, records, problems, result)
+        else:
+            logger.debug("scrub: warcs/%s %s", file.name, result)
+            await self.transition_scrub_verifying_to_good(obj, records, result)
+
+    # -------------------------------------------------------------- transitions
+    async def transition_scrub_verifying_to_verifying(
+        self, obj: JobObject, resume_offset: int, records: int, problems: list[dict[str, object]]
+    ) -> bool:
+        values: dict[str, Value] = {
+            "resume_offset": resume_offset,
+            "pass_records": records,
+            "pass_problems": json.dumps(problems),
+            "pass_started_at": obj["pass_started_at"] or format_time(utcnow()),
+        }
+        return await self.transition(
+            obj, "verifying", "verifying", retry_at=utcnow(), values=values
+        )
+
+    async def transition_scrub_verifying_to_good(
+        self, obj: JobObject, records: int, result: str
+    ) -> bool:
+        return await self.transition(
+            obj,
+            "verifying",
+            "good",
+            retry_at=self.due_in(self.interval_s),
+            values=self._pass_done(obj, records, [], result),
+        )
+
+    async def transition_scrub_verifying_to_damaged(
+        self, obj: JobObject, records: int, problems: list[dict[str, object]], result: str
+    ) -> bool:
+        return await self.transition(
+            obj,
+            "verifying",
+            "damaged",
+            retry_at=self.due_in(min(self.interval_s, DAMAGED_RECHECK_S)),
+            values=self._pass_done(obj, records, problems, result),
+        )
+
+    async def transition_scrub_verifying_to_missing(self, obj: JobObject) -> bool:
+        return await self.transition(obj, "verifying", "missing", retry_at=None)
+
+    async def transition_scrub_good_to_verifying(self, obj: JobObject) -> bool:
+        return await self.transition(
+            obj, "good", "verifying", retry_at=utcnow(), values=_new_pass()
+        )
+
+    async def transition_scrub_good_to_missing(self, obj: JobObject) -> bool:
+        return await self.transition(obj, "good", "missing", retry_at=None)
+
+    async def transition_scrub_damaged_to_verifying(self, obj: JobObject) -> bool:
+        return await self.transition(
+            obj, "damaged", "verifying", retry_at=utcnow(), values=_new_pass()
+        )
+
+    async def transition_scrub_damaged_to_missing(self, obj: JobObject) -> bool:
+        return await self.transition(obj, "damaged", "missing", retry_at=None)
+
+    @staticmethod
+    def _pass_done(
+        obj: JobObject, records: int, problems: list[dict[str, object]], result: str
+    ) -> dict[str, Value]:
+        return {
+            "resume_offset": 0,
+            "pass_records": 0,
+            "pass_problems": "[]",
+            "pass_started_at": None,
+            "verified_at": format_time(utcnow()),
+            "records": records,
+            "problems": json.dumps(problems),
+            "result": result,
+            "passes": int(obj["passes"] or 0) + 1,
+        }
+
+
+def _new_pass() -> dict[str, Value]:
+    """The columns a new pass starts from."""
+    return {
+        "resume_offset": 0,
+        "pass_records": 0,
+        "pass_problems": "[]",
+        "pass_started_at": format_time(utcnow()),
+    }
