@@ -269,7 +269,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 def _cmd_replicate(args: argparse.Namespace) -> int:
     from gateway.store.replication_cli import cmd_replicate
 
-    return cmd_replicate(args, _settings(args))
+    return cmd_replicate(args, _settings(args), _jobs_settings(args))
 
 
 def _cmd_copies(args: argparse.Namespace) -> int:
@@ -281,7 +281,7 @@ def _cmd_copies(args: argparse.Namespace) -> int:
 def _cmd_scrub(args: argparse.Namespace) -> int:
     from gateway.store.replication_cli import cmd_scrub
 
-    return cmd_scrub(args, _settings(args))
+    return cmd_scrub(args, _settings(args), _jobs_settings(args))
 
 
 def _seconds(text: str) -> float:

@@ -61,7 +61,6 @@ __all__ = [
     "read_file_copies",
     "read_files_needing_copies",
     "read_present_copy",
-    "read_scrub_candidates",
     "read_unpublished",
     "write_copy_claim",
     "write_copy_present",
@@ -292,38 +291,6 @@ def read_copy_summary(
     ).fetchone()
     summary.count(PRIMARY, "present", int(implicit))
     return summary
-
-
-def read_scrub_candidates(
-    conn: sqlite3.Connection, places: Sequence[str], *, limit: int
-) -> list[tuple[FileCopies, str]]:
-    """Copies to verify, least recently verified first: (file, storage) pairs.
-
-    First the primaries of closed files never verified (no ``primary`` row:
-    by file id), then every ``present`` copy on ``places`` by
-    ``verified_at`` (never verified first). At most ``limit``.
-    """
-    pairs: list[tuple[int, str]] = []
-    if PRIMARY in places:
-        rows = conn.execute(
-            "SELECT f.id FROM files f WHERE f.state = 'closed' AND f.sha256 IS NOT NULL"
-            " AND NOT EXISTS (SELECT 1 FROM copies c WHERE c.name = f.name"
-            " AND c.sha256 = f.sha256 AND c.storage = ?) ORDER BY f.id LIMIT ?",
-            (PRIMARY, limit),
-        )
-        pairs.extend((int(fid), PRIMARY) for (fid,) in rows)
-    if len(pairs) < limit:
-        rows = conn.execute(
-            f"""SELECT f.id, c.storage FROM copies c
-                JOIN files f ON f.name = c.name AND f.sha256 = c.sha256
-                WHERE c.status = 'present' AND f.state = 'closed'
-                    AND c.storage IN ({_in(places)})
-                ORDER BY c.verified_at IS NOT NULL, c.verified_at, f.id LIMIT ?""",
-            (*places, limit - len(pairs)),
-        )
-        pairs.extend((int(fid), str(storage)) for fid, storage in rows)
-    files = {f.id: f for f in read_file_copies(conn, places, ids=sorted({i for i, _ in pairs}))}
-    return [(files[fid], storage) for fid, storage in pairs if fid in files]
 
 
 def read_present_copy(conn: sqlite3.Connection, name: str, storage: str) -> CopyRow | None:

@@ -1,24 +1,26 @@
-"""Scrub of copies: every copy read back and checked against its file's SHA-256 (issue 13 §4).
+"""The scrub's second half: a file's copies read back and checked against its SHA-256
+(issue 13 §4).
 
-A pass takes the copies least recently verified first
-(:func:`gateway.store.copies.read_scrub_candidates`: primaries never
-verified, then every ``present`` copy by ``verified_at``) and reads each back
-whole (the primary from disk, a replica through its storage: range reads on
-S3), as ``borg check --max-duration`` and git-annex's incremental fsck do,
-so that a store of any size is covered a slice at a time:
+The scrub actor type (:class:`gateway.store.scrub.ScrubActor`, one ``scrub``
+object per closed file, least recently verified first) verifies a file's
+records at the primary, then, in the same pass, every ``present`` copy of the
+file on every place (the primary's bytes included) with
+:func:`verify_copies_of`: each read back whole (the primary from disk, a
+replica through its storage: range reads on S3), as ``borg check
+--max-duration`` and git-annex's incremental fsck do:
 
 - the bytes have the file's SHA-256: ``verified_at`` is set;
 - they do not: the copy becomes ``corrupted`` (it stays ``archived``: the
   next replication pass replaces it with a good copy, or restores the
-  primary), and the pass reports it;
+  primary from a replica), and the pass reports it;
 - the object is gone: the copy becomes ``missing`` (the next pass copies it
   again, or restores the primary);
 - the storage cannot be reached: it is reported as down and skipped for the
   rest of the pass; nothing about its copies changes.
 
-``max_duration_s`` bounds the pass: no copy is started once it has passed
-(the one being read is finished). A copy is never changed but by its own
-row: a scrub only reads objects.
+Copies verified since the pass began are not read again, so a pass cut
+into time-boxed ticks goes on where it stopped. A copy is never changed but
+by its own row: a scrub only reads objects.
 """
 
 from __future__ import annotations
@@ -27,32 +29,24 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
 
 from gateway.storage.errors import ObjectNotFound, StorageError
-from gateway.store.copies import (
-    FileCopies,
-    read_scrub_candidates,
-    write_copy_status,
-    write_copy_verified,
-)
+from gateway.store.copies import read_file_copies, write_copy_status, write_copy_verified
 from gateway.store.replicas import Replicas
 
-__all__ = ["ScrubReport", "scrub_copies"]
+__all__ = ["ScrubReport", "verify_copies_of"]
 
 logger = logging.getLogger(__name__)
-
-#: Copies read from the index at a time.
-PAGE: Final = 100
 
 
 @dataclass(slots=True)
 class ScrubReport:
-    """What a pass found: copies verified (and their bytes), problems, storages down.
+    """What verification found: copies verified (and their bytes), problems, storages down.
 
-    ``corrupted`` and ``missing`` are ``(file, place, detail)``;
-    ``complete`` is False when ``max_duration_s`` stopped the pass with
-    copies left to verify.
+    ``corrupted`` and ``missing`` are ``(file, place, detail)``; ``damaged``
+    is ``(file, result)`` for files whose records failed at the primary;
+    ``complete`` is False when a time limit stopped the run with files
+    left to verify.
     """
 
     verified: int = 0
@@ -60,51 +54,50 @@ class ScrubReport:
     corrupted: list[tuple[str, str, str]] = field(default_factory=list)
     missing: list[tuple[str, str, str]] = field(default_factory=list)
     down: dict[str, str] = field(default_factory=dict)
+    damaged: list[tuple[str, str]] = field(default_factory=list)
     complete: bool = True
 
     @property
     def ok(self) -> bool:
-        return not (self.corrupted or self.missing or self.down)
+        return not (self.corrupted or self.missing or self.down or self.damaged)
 
 
-async def scrub_copies(
+async def verify_copies_of(
     replicas: Replicas,
+    name: str,
+    sha256: str,
+    fs_version: int,
     *,
-    max_duration_s: float | None = None,
+    since: float,
+    deadline: float,
+    report: ScrubReport,
     progress: Callable[[int], object] | None = None,
-) -> ScrubReport:
-    """One pass over the copies, least recently verified first (see the module docstring).
+) -> bool:
+    """Verify the ``present`` copies of file ``name`` not verified since ``since``
+    (Unix seconds), places in config order, the primary first.
 
+    Stops before a copy once ``deadline`` (``time.monotonic()``) has passed,
+    having verified at least one: returns False when copies are left,
+    True when every copy was verified (or skipped: its storage is down).
     ``progress(n)`` is called with the bytes of each copy read. Raises only
     on index failures (:class:`sqlite3.Error`) and cancellation.
     """
-    report = ScrubReport()
-    started = time.time()
-    deadline = None if max_duration_s is None else time.monotonic() + max_duration_s
-    attempted: set[tuple[str, str]] = set()
-    while True:
-        places = [p for p in replicas.places if p not in report.down]
-        page = await replicas.index.call(read_scrub_candidates, places, limit=PAGE)
-        fresh = [(f, p) for f, p in page if (f.name, p) not in attempted]
-        if not fresh or _verified_since(fresh[0], started):
-            return report
-        for file, place in fresh:
-            if deadline is not None and time.monotonic() >= deadline:
-                report.complete = False
-                return report
-            if place in report.down:
-                continue
-            attempted.add((file.name, place))
-            assert file.sha256 is not None  # candidates have one
-            replicas.fs_versions[file.name] = file.fs_version
-            await _verify(replicas, file.name, file.sha256, place, report, progress)
-
-
-def _verified_since(candidate: tuple[FileCopies, str], started: float) -> bool:
-    """True when the least recently verified copy left was verified in this pass."""
-    file, place = candidate
-    row = file.copies.get(place)
-    return row is not None and row.verified_at is not None and row.verified_at >= started
+    files = await replicas.index.call(read_file_copies, replicas.places, names=[name])
+    if not files:
+        return True
+    file, cutoff, first = files[0], replicas.cutoff(), True
+    replicas.fs_versions[name] = fs_version
+    for place in replicas.places:
+        if place in report.down or file.status(place, cutoff) != "present":
+            continue
+        row = file.copies.get(place)
+        if row is not None and row.verified_at is not None and row.verified_at >= since:
+            continue
+        if not first and time.monotonic() >= deadline:
+            return False
+        first = False
+        await _verify(replicas, name, sha256, place, report, progress)
+    return True
 
 
 async def _verify(

@@ -10,22 +10,29 @@ Each opens the store *shared*, beside a gateway serving or recording into
 it, and takes the storages and the retention policy from the config's
 ``store:`` section (``--root`` alone has no storages).
 
-- ``replicate`` runs the director and the workers
-  (:mod:`gateway.store.replication`) until the policy holds: a pass over every
-  file that needs copies, then, while copies failed for a transient reason
-  (a storage down), passes again after a backoff (1, 2, 4 ... 60 s), until
-  they succeed or only lasting problems are left. ``--once`` makes one pass
-  (the copies that failed stay ``ongoing`` until ``archival_max_age_s``, when
-  a later run makes them). Both first remove what killed copies left on the
-  storages (temporary files, staging keys older than
-  ``archival_max_age_s``), publish safe files when ``store.publish`` is
-  set, and exit 1 naming each file this run could not make safe and why.
+- ``replicate`` makes the director's pass
+  (:func:`gateway.store.replication_jobs.enqueue_pass`: one
+  ``replication_batch`` object per ``batch_size`` files that need copies)
+  and runs a replication worker over those objects in this process, as the
+  orchestrator of ``gateway serve`` or ``gateway worker`` does (theirs may
+  take some of the batches too: the command waits for every batch of its
+  pass to be final). Copies that failed for a transient reason (a storage
+  down) are tried again by their batch after a backoff (5, 10, 20, 40, 80
+  s); with ``--once`` they are not, and stay ``ongoing`` until
+  ``archival_max_age_s``, when a later pass makes them. Both first remove
+  what killed copies left on the storages (temporary files, staging keys
+  older than ``archival_max_age_s``), publish safe files when
+  ``store.publish`` is set, and exit 1 naming each file this run could not
+  make safe and why.
 - ``copies`` prints each file's copies (status per place) and a summary
   (safe, under way, under-replicated, corrupted); ``--json`` as one JSON
   object. Exit 1 when a file is under-replicated or has a corrupted copy.
-- ``scrub`` verifies copies, least recently verified first, for at most
-  ``--max-duration`` seconds (:mod:`gateway.store.copy_scrub`); exit 1 when
-  a copy is corrupted or missing or a storage is down.
+- ``scrub`` makes every file's ``scrub`` object due in the order of its
+  last verification (least recently verified first) and runs the scrub
+  actor (:class:`gateway.store.scrub.ScrubActor`: the records at the
+  primary, then every copy's SHA-256) over them in this process, for at most
+  ``--max-duration`` seconds; exit 1 when a file is damaged, a copy is
+  corrupted or missing, or a storage is down.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
+    from gateway.jobs.actors import JobContext
+    from gateway.jobs.db import JobObject, JobsDB
+    from gateway.jobs.model import ObjectType
+    from gateway.jobs.settings import JobsSettings
     from gateway.store.copies import FileCopies
     from gateway.store.replicas import Replicas
     from gateway.store.replication import ReplicationReport
@@ -46,8 +57,10 @@ if TYPE_CHECKING:
 
 __all__ = ["cmd_copies", "cmd_replace_copies", "cmd_replicate", "cmd_scrub"]
 
-#: The longest wait between two passes over copies that failed transiently.
-MAX_BACKOFF_S: Final = 60.0
+#: How often the command looks at the batches of its pass that other processes hold.
+POLL_S: Final = 0.2
+#: Rounds of a batch (tries of copies that failed transiently) without ``--once``.
+ROUNDS: Final = 6
 
 
 def _say(command: str, message: object, *, err: bool = False) -> None:
@@ -66,26 +79,40 @@ async def _open(settings: StoreSettings) -> Store:
     return await Store.open(settings, mode="shared")
 
 
+async def _jobs(
+    store: Store, settings: StoreSettings, jobs: JobsSettings | None, types: list[ObjectType]
+) -> tuple[JobsDB, JobContext]:
+    """The jobs database of ``store`` and a context for this command's actors."""
+    import os
+
+    from gateway.jobs.actors import JobContext
+    from gateway.jobs.db import JobsDB
+    from gateway.jobs.hooks import Hooks
+    from gateway.jobs.settings import JobsSettings
+
+    db = JobsDB(store.layout.db_path)
+    await db.open()
+    hooks = Hooks()
+    hooks.add_object_types(types)
+    ctx = JobContext(
+        db=db,
+        hooks=hooks,
+        settings=jobs or JobsSettings(),
+        store_root=store.layout.root,
+        owner=f"store {os.getpid()}",
+        store=settings,
+    )
+    return db, ctx
+
+
 # ------------------------------------------------------------------ replicate
-def cmd_replicate(args: argparse.Namespace, settings: StoreSettings) -> int:
+def cmd_replicate(
+    args: argparse.Namespace, settings: StoreSettings, jobs: JobsSettings | None = None
+) -> int:
     """``gateway store replicate``; returns the exit status."""
     import asyncio
 
-    return asyncio.run(_replicate(args, settings))
-
-
-async def _remove_leftovers(replicas: Replicas) -> None:
-    from gateway.storage.errors import StorageError
-
-    for name in replicas.pool.names:
-        try:
-            storage = await replicas.pool.get(name)
-            removed = await storage.remove_leftovers(replicas.policy.archival_max_age_s)
-        except StorageError as exc:
-            _say("replicate", f"{name}: {exc}", err=True)
-            continue
-        if removed:
-            _say("replicate", f"{name}: removed {len(removed)} leftover(s) of interrupted copies")
+    return asyncio.run(_replicate(args, settings, jobs))
 
 
 def cmd_replace_copies(args: argparse.Namespace, settings: StoreSettings) -> int:
@@ -94,59 +121,73 @@ def cmd_replace_copies(args: argparse.Namespace, settings: StoreSettings) -> int
     copies the archiver did not write); returns the exit status."""
     import asyncio
 
-    async def run() -> int:
-        from gateway.store.replication import run_pass
-
-        store = await _open(settings)
-        try:
-            report = await run_pass(store.replicas, replace_conflicts=True)
-            return await _verdict(store.replicas, report, None, command="repair")
-        finally:
-            await store.close()
-
-    return asyncio.run(run())
+    return asyncio.run(_replicate(args, settings, None, command="repair", replace=True))
 
 
-async def _replicate(args: argparse.Namespace, settings: StoreSettings) -> int:
-    import asyncio
-
+async def _replicate(
+    args: argparse.Namespace,
+    settings: StoreSettings,
+    jobs: JobsSettings | None,
+    *,
+    command: str = "replicate",
+    replace: bool = False,
+) -> int:
     from gateway.progress import progress_bar
-    from gateway.store.replication import ReplicationReport, retry_copies, run_pass
+    from gateway.store.replication_jobs import (
+        BATCH,
+        enqueue_pass,
+        remove_leftovers,
+        report_of,
+    )
 
     store = await _open(settings)
-    publisher = _Publisher(store.replicas, settings)
     try:
-        replicas = store.replicas
-        await _remove_leftovers(replicas)
-        await publisher.run()
-        total = ReplicationReport()
-        with progress_bar("store replicate", None, enabled=args.progress) as bar:
-
-            async def after_batch(_: ReplicationReport) -> None:
-                await publisher.run()
-
-            report = await run_pass(replicas, progress=bar.update, after_batch=after_batch)
-            total.add(report)
-            pending, attempt = report.retry, 0
-            while pending and not args.once:
-                delay = min(MAX_BACKOFF_S, 2.0**attempt)
-                attempt += 1
-                bar.write(
-                    f"gateway store replicate: {len(pending)} copy(ies) failed for a transient "
-                    f"reason; trying again in {delay:g} s",
-                    file=sys.stderr,
+        db, ctx = await _jobs(store, settings, jobs, [BATCH])
+        try:
+            replicas = store.replicas
+            for line in await remove_leftovers(replicas):
+                _say(command, line)
+            await _publish(replicas, command)
+            once = bool(getattr(args, "once", False)) or replace
+            with progress_bar(f"store {command}", None, enabled=args.progress) as bar:
+                pass_id = await enqueue_pass(
+                    replicas, ctx, max_rounds=1 if once else ROUNDS, replace_conflicts=replace
                 )
-                await asyncio.sleep(delay)
-                again = await retry_copies(replicas, pending, progress=bar.update)
-                more = await run_pass(replicas, progress=bar.update, after_batch=after_batch)
-                again.add(more)
-                total.add(again)
-                pending = again.retry
-        await publisher.run()
-        return await _verdict(replicas, total, publisher.failure)
+                objects = await _run_pass(ctx, pass_id, bar.update)
+            failure = await _publish(replicas, command)
+            return await _verdict(replicas, report_of(objects), failure, command=command)
+        finally:
+            await db.close()
     finally:
-        await publisher.close()
         await store.close()
+
+
+async def _publish(replicas: Replicas, command: str) -> str | None:
+    """Publish what is safe (``store.publish``), saying so; returns the failure, if any."""
+    from gateway.store.replication_jobs import publish, published
+
+    report = await publish(replicas)
+    if report is None or report.failure is not None:
+        return None if report is None else report.failure
+    if report.files and replicas.settings.publish is not None:
+        _say(command, published(report, replicas.settings.publish.target))
+    return None
+
+
+async def _run_pass(ctx: JobContext, pass_id: str, progress: Any) -> list[JobObject]:
+    """Work the batches of ``pass_id`` until each is final; return them."""
+    import asyncio
+
+    from gateway.store.replication_jobs import ReplicationWorker, read_pass
+
+    while True:
+        worker = ReplicationWorker(ctx, where=("pass_id = ?", [pass_id]))
+        worker.progress = progress
+        await worker.run()
+        objects = await ctx.db.call(read_pass, pass_id)
+        if all(obj.retry_at is None for obj in objects):
+            return objects
+        await asyncio.sleep(POLL_S)
 
 
 async def _verdict(
@@ -177,38 +218,6 @@ async def _verdict(
         return 1
     _say(command, f"the policy holds for every file this run looked at ({wanted} copies)")
     return 0
-
-
-class _Publisher:
-    """``store.publish``, when configured: publish files as they become safe."""
-
-    def __init__(self, replicas: Replicas, settings: StoreSettings) -> None:
-        self.replicas = replicas
-        self.publish = settings.publish
-        self.failure: str | None = None
-        self._client: Any = None
-
-    async def run(self) -> None:
-        if self.publish is None:
-            return
-        from gateway.store.publish import publish_safe_files
-
-        if self._client is None:
-            import redis.asyncio as aioredis
-
-            self._client = aioredis.Redis.from_url(self.publish.server_url)
-        report = await publish_safe_files(self.replicas, self.publish, self._client)
-        self.failure = report.failure
-        if report.files:
-            _say(
-                "replicate",
-                f"published {report.lines} capture(s) of {report.files} file(s) "
-                f"to {self.publish.target}",
-            )
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
 
 
 # --------------------------------------------------------------------- copies
@@ -295,26 +304,48 @@ def _entry(file: FileCopies, places: tuple[str, ...], wanted: int, cutoff: float
 
 
 # ---------------------------------------------------------------------- scrub
-def cmd_scrub(args: argparse.Namespace, settings: StoreSettings) -> int:
+def cmd_scrub(
+    args: argparse.Namespace, settings: StoreSettings, jobs: JobsSettings | None = None
+) -> int:
     """``gateway store scrub``; returns the exit status."""
     import asyncio
 
-    return asyncio.run(_scrub(args, settings))
+    return asyncio.run(_scrub(args, settings, jobs))
 
 
-async def _scrub(args: argparse.Namespace, settings: StoreSettings) -> int:
+async def _scrub(
+    args: argparse.Namespace, settings: StoreSettings, jobs: JobsSettings | None
+) -> int:
+    import asyncio
+
+    from gateway.jobs.db import utcnow
     from gateway.progress import progress_bar
-    from gateway.store.copy_scrub import scrub_copies
+    from gateway.store.copy_scrub import ScrubReport
+    from gateway.store.scrub import SCRUB, ScrubActor, write_scrub_backfill, write_scrub_due
 
     store = await _open(settings)
     started = time.monotonic()
+    report = ScrubReport()
     try:
-        with progress_bar("store scrub", None, enabled=args.progress) as bar:
-            report = await scrub_copies(
-                store.replicas, max_duration_s=args.max_duration, progress=bar.update
-            )
+        db, ctx = await _jobs(store, settings, jobs, [SCRUB])
+        try:
+            await db.call(write_scrub_backfill, utcnow())
+            await db.call(write_scrub_due, utcnow())
+            with progress_bar("store scrub", None, enabled=args.progress) as bar:
+                actor = ScrubActor(ctx)
+                actor.copy_report, actor.progress = report, bar.update
+                task = asyncio.create_task(actor.run())
+                done, _ = await asyncio.wait({task}, timeout=args.max_duration)
+                if not done:
+                    actor.stopping = True
+                    report.complete = False
+                await task
+        finally:
+            await db.close()
     finally:
         await store.close()
+    for name, result in report.damaged:
+        _say("scrub", f"damaged: {name}: {result}", err=True)
     for name, place, detail in report.corrupted:
         _say("scrub", f"corrupted: {name} on {place}: {detail}", err=True)
     for name, place, detail in report.missing:
@@ -325,9 +356,15 @@ async def _scrub(args: argparse.Namespace, settings: StoreSettings) -> int:
     _say(
         "scrub",
         f"{report.verified} copy(ies) verified, {report.bytes / (1 << 20):.1f} MiB read in "
-        f"{time.monotonic() - started:.1f} s; {len(report.corrupted)} corrupted, "
-        f"{len(report.missing)} missing{end}",
+        f"{time.monotonic() - started:.1f} s; {len(report.damaged)} damaged, "
+        f"{len(report.corrupted)} corrupted, {len(report.missing)} missing{end}",
     )
     if report.corrupted or report.missing:
         _say("scrub", "`gateway store replicate` makes new copies from good ones")
+    if report.damaged:
+        _say(
+            "scrub",
+            "`gateway store replicate` restores a damaged primary from a good copy; "
+            "`gateway store repair` salvages one that has none",
+        )
     return 0 if report.ok else 1

@@ -93,8 +93,10 @@ def write_config(
     parallel_copies: int = 4,
     publish: Mapping[str, str] | None = None,
     collections: Mapping[str, Any] | None = None,
+    jobs: Mapping[str, Any] | None = None,
 ) -> Path:
-    """A collections.yaml whose ``store:`` section replicates to ``places``."""
+    """A collections.yaml whose ``store:`` section replicates to ``places``
+    (and a ``jobs:`` section when given)."""
     store: dict[str, Any] = {
         "root": str(root),
         "fsync": "never",
@@ -108,7 +110,12 @@ def write_config(
     }
     if publish is not None:
         store["publish"] = dict(publish)
-    document = {"store": store, "collections": dict(collections or {"stored": "$store"})}
+    document: dict[str, Any] = {
+        "store": store,
+        "collections": dict(collections or {"stored": "$store"}),
+    }
+    if jobs is not None:
+        document["jobs"] = dict(jobs)
     path.write_text(yaml.safe_dump(document, sort_keys=False), "utf-8")
     return path
 

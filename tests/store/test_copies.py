@@ -13,12 +13,10 @@ from gateway.store.copies import (
     read_copy_summary,
     read_file_copies,
     read_files_needing_copies,
-    read_scrub_candidates,
     write_copy_claim,
     write_copy_present,
     write_copy_release,
     write_copy_status,
-    write_copy_verified,
 )
 from gateway.store.schema import migrate
 
@@ -120,20 +118,3 @@ def test_damage_keeps_the_archived_flag(conn: sqlite3.Connection) -> None:
         conn, "f2.warc.gz", "backup", _sha(2), "corrupted", mtime=NOW, detail="x", archived=False
     )
     assert not read_file_copies(conn, PLACES, ids=[2])[0].copies["backup"].archived
-
-
-def test_scrub_order_is_least_recently_verified_first(conn: sqlite3.Connection) -> None:
-    for i in (1, 2, 3, 4, 5):
-        write_copy_verified(conn, f"f{i}.warc.gz", "primary", _sha(i), verified_at=NOW + i)
-    _present(conn, 2, "backup")  # verified at NOW: before every primary
-    write_copy_present(conn, "f3.warc.gz", "s3", _sha(3), mtime=NOW, verified_at=NOW - 5, detail="")
-    order = [(f.name, p) for f, p in read_scrub_candidates(conn, PLACES, limit=4)]
-    assert order == [
-        ("f3.warc.gz", "s3"),
-        ("f2.warc.gz", "backup"),
-        ("f1.warc.gz", "primary"),
-        ("f2.warc.gz", "primary"),
-    ]
-    conn.execute("DELETE FROM copies WHERE storage = 'primary' AND name = 'f4.warc.gz'")
-    first = read_scrub_candidates(conn, PLACES, limit=1)
-    assert [(f.name, p) for f, p in first] == [("f4.warc.gz", "primary")]  # never verified

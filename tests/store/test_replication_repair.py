@@ -122,7 +122,16 @@ async def test_a_deleted_primary_is_served_from_a_replica_then_restored(
         record_files, root, captures=4, body_bytes=30_000, rollover_bytes=60_000
     )
     files = closed_files(root)
-    config = write_config(tmp_path / "c.yaml", root, [s3_place(s3_env.endpoint)], copies=2)
+    # The gateway's own background work would restore the primary by itself
+    # (tests/store/test_replication_jobs.py); here it is off, to see the
+    # replica serve and `store replicate` restore.
+    config = write_config(
+        tmp_path / "c.yaml",
+        root,
+        [s3_place(s3_env.endpoint)],
+        copies=2,
+        jobs={"enabled": False},
+    )
     await asyncio.to_thread(_replicate, config)
     lost = sorted(files)[0]
     primary = root / "warcs" / lost

@@ -1,0 +1,137 @@
+"""Replication as background work (issue 13 §3, "done when"): the policy holds by itself
+in ``gateway serve``, whose director, workers and scrub find and mend a lost primary and a
+damaged replica with no command run; a batch that cannot make a file safe ends ``unsafe``
+with the reason, shown by ``gateway jobs``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.store.replication_jobs import BATCH, DIRECTOR
+from tests.conftest import MakeClient
+from tests.jobs.process_support import run_gateway
+from tests.store.replication_support import (
+    body_for,
+    closed_files,
+    copy_rows,
+    gateway_store,
+    local_place,
+    record_files,
+    write_config,
+)
+
+#: Background work at a pace a test can watch: the director every 0.3 s, every file
+#: verified again about every 2 s (2.5e-5 days).
+FAST_JOBS = {
+    "poll_s": 0.1,
+    "replicate_interval_s": 0.3,
+    "scrub_interval_days": 2.5e-5,
+}
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    damaged = bytearray(data)
+    damaged[at] ^= 0x20
+    return bytes(damaged)
+
+
+async def _until(what: str, check: Callable[[], bool], *, timeout_s: float = 90.0) -> None:
+    """Wait until ``check()`` holds (a "did not hang" bound, not a timing)."""
+    deadline = time.monotonic() + timeout_s
+    while not await asyncio.to_thread(check):
+        assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
+        await asyncio.sleep(0.2)
+
+
+def _batches(root: Path) -> dict[str, int]:
+    with sqlite3.connect(root / "index.sqlite3") as conn:
+        rows = conn.execute(f"SELECT status, COUNT(*) FROM {BATCH.table} GROUP BY status")
+        return {str(status): int(n) for status, n in rows}
+
+
+@pytest.mark.timeout(180)
+async def test_the_policy_holds_by_itself_in_a_serving_gateway(
+    tmp_path: Path, make_client: MakeClient
+) -> None:
+    root = tmp_path / "store"
+    await asyncio.to_thread(
+        record_files, root, captures=4, body_bytes=30_000, rollover_bytes=60_000
+    )
+    files = closed_files(root)
+    assert len(files) >= 2
+    backup = local_place(tmp_path, "backup")
+    backup_dir = Path(str(backup.spec["path"]))
+    config = write_config(tmp_path / "c.yaml", root, [backup], copies=2, jobs=FAST_JOBS)
+    client = await make_client(config.read_text("utf-8"))
+
+    def all_present() -> bool:
+        rows = copy_rows(root)
+        return all(rows.get((name, "backup")) == ("present", sha) for name, sha in files.items())
+
+    await _until("every file copied to backup by the gateway's own workers", all_present)
+    for name in files:
+        assert (backup_dir / name).read_bytes() == (root / "warcs" / name).read_bytes()
+    with sqlite3.connect(root / "index.sqlite3") as conn:
+        (passes,) = conn.execute(f"SELECT passes FROM {DIRECTOR.table}").fetchone()
+    assert passes >= 1
+    assert _batches(root).get("done", 0) >= 1
+
+    lost, damaged = sorted(files)[0], sorted(files)[1]
+    lost_bytes = (root / "warcs" / lost).read_bytes()
+    (root / "warcs" / lost).unlink()
+    replica = backup_dir / damaged
+    good = replica.read_bytes()
+    replica.write_bytes(_flip(good, len(good) // 2))
+
+    def mended() -> bool:
+        primary = root / "warcs" / lost
+        return (
+            primary.exists()
+            and primary.read_bytes() == lost_bytes
+            and replica.read_bytes() == good
+            and all_present()
+        )
+
+    await _until("the lost primary restored and the damaged replica replaced", mended)
+    for i in range(4):
+        answer = await client.get(
+            "/stored/resource", params={"url": f"http://example.com/replicated/{i}"}
+        )
+        assert answer.status == 200, await answer.text()
+        assert body_for(i, 30_000) in await answer.read()
+    report = await (await client.get("/_jobs")).json()
+    assert report["types"]["replication_batch"]["states"]["done"] >= 2
+    assert report["types"]["replication_director"]["states"]["waiting"] == 1
+
+
+def test_a_batch_that_cannot_make_a_file_safe_ends_unsafe_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "store"
+    record_files(root, captures=4, body_bytes=30_000, rollover_bytes=60_000)
+    files = closed_files(root)
+    victim = sorted(files)[0]
+    (root / "warcs" / victim).write_bytes(b"not the file")
+    config = write_config(tmp_path / "c.yaml", root, [local_place(tmp_path, "backup")], copies=2)
+    done = gateway_store(["replicate", "--once", "--no-progress", "--config", str(config)])
+    assert done.returncode == 1
+    assert f"not safe: {victim} (0 of 2 copies)" in done.stderr
+    assert _batches(root) == {"unsafe": 1}
+    with sqlite3.connect(root / "index.sqlite3") as conn:
+        (problems, outcomes) = conn.execute(
+            f"SELECT problems, outcomes FROM {BATCH.table}"
+        ).fetchone()
+    assert list(json.loads(problems)) == [victim]
+    assert json.loads(outcomes) == {"copied": len(files) - 1, "source_corrupt": 1}
+    shown = run_gateway("jobs", "--config", str(config), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "replication_batch" in shown.stdout
+    assert "unsafe: #1 store-" in shown.stdout
+    assert f"1 file(s) not safe: {victim}: primary -> backup: source_corrupt" in shown.stdout
