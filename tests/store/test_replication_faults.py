@@ -5,7 +5,11 @@
   again once the server is back; what the killed upload left is removed;
 - ``gateway store replicate`` SIGKILLed at 20 random moments while it uploads
   (multipart uploads to SeaweedFS): no ``present`` copy is ever incomplete or
-  wrong, and a run after the last kill makes every file safe.
+  wrong, and a run after the last kill makes every file safe;
+- ``gateway worker`` (the jobs' replication worker, fed by its own director)
+  SIGKILLed at random moments while it uploads: the same, and the next worker
+  ticks the dead one's batch once its lease expires and makes every file safe
+  with no command run.
 
 The seed is printed so that a failing run can be repeated
 (``REPLICATION_CRASH_SEED=... pytest ...``).
@@ -31,6 +35,7 @@ from gateway.config import load_config
 from gateway.storage.pool import StoragePool
 from gateway.storage.s3 import S3Storage
 from tests.conftest import run_seaweedfs
+from tests.jobs.process_support import start_worker
 from tests.storage.seaweedfs import SeaweedFS
 from tests.store.replication_support import (
     BUCKET,
@@ -47,6 +52,10 @@ from tests.store.replication_support import (
 #: Captures of 4 MB: a WARC file of three holds 12 MB, a multipart upload of 3 parts.
 BODY_BYTES: Final = 4_000_000
 KILL_ROUNDS: Final = 20
+#: Kills of ``gateway worker`` (each waits for the dead worker's lease to expire).
+WORKER_KILL_ROUNDS: Final = 5
+#: The replication worker's lease in that test: how long a dead worker's batch waits.
+WORKER_LEASE_S: Final = 4.0
 MAX_AGE_S: Final = 1.0
 #: Long enough for the copier's retries, a SeaweedFS restart and a run before it expires.
 STOPPED_MAX_AGE_S: Final = 30.0
@@ -248,3 +257,73 @@ def test_sigkill_of_the_worker_at_random_moments(
         name: ((root / "warcs" / name).stat().st_size, sha) for name, sha in files.items()
     }
     assert asyncio.run(_leftovers(config)) == []
+
+
+def _check_whole(config: Path, root: Path, files: dict[str, str], why: str) -> None:
+    """Every object under the name is whole, and every ``present`` row is true."""
+    objects = asyncio.run(_objects(config))
+    for name, (size, digest) in objects.items():
+        assert digest == files[name], f"{why}: {name} is not whole"
+        assert size == (root / "warcs" / name).stat().st_size, why
+    for (name, storage), (status, sha256) in copy_rows(root).items():
+        if storage == "s3" and status == "present":  # (the worker's scrub verifies primaries)
+            assert objects.get(name, (0, ""))[1] == sha256 == files[name], why
+
+
+def _all_present(root: Path, files: dict[str, str]) -> bool:
+    rows = copy_rows(root)
+    return all(rows.get((name, "s3")) == ("present", sha) for name, sha in files.items())
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_of_gateway_worker_mid_upload_then_a_new_worker_converges(
+    s3_env: SeaweedFS, replication_bucket: str, tmp_path: Path
+) -> None:
+    seed = int(os.environ.get("REPLICATION_CRASH_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    print(f"replication worker crash test seed: {seed}")
+    root = tmp_path / "store"
+    record_files(root, captures=6, body_bytes=BODY_BYTES, rollover_bytes=10_000_000)
+    files = closed_files(root)
+    assert len(files) == 2  # 3 parts each on S3
+    jobs = {"poll_s": 0.1, "replicate_interval_s": 0.3, "replicate_max_tick_s": WORKER_LEASE_S}
+    config = write_config(
+        tmp_path / "c.yaml",
+        root,
+        [s3_place(s3_env.endpoint)],
+        copies=2,
+        archival_max_age_s=MAX_AGE_S,
+        parallel_copies=2,
+        jobs=jobs,
+    )
+    mid_copy = 0
+    for round_no in range(WORKER_KILL_ROUNDS):
+        worker = start_worker(config, tmp_path, name=f"worker-{round_no}")
+        try:
+            # The first round's director starts at once; later ones wait for the
+            # dead worker's lease on its batch to expire.
+            started = _wait_for_ongoing(root, worker.proc, timeout_s=WORKER_LEASE_S + 60)
+            if started:
+                time.sleep(rng.uniform(0.0, 1.0))
+        finally:
+            worker.proc.send_signal(signal.SIGKILL)
+            worker.proc.wait(timeout=60)
+        mid_copy += not _all_present(root, files)
+        _check_whole(config, root, files, f"seed {seed}, round {round_no}")
+        if round_no < WORKER_KILL_ROUNDS - 1:  # start the next round from nothing copied
+            asyncio.run(_delete_objects(config))
+            _reset(root)
+    print(f"{mid_copy} of {WORKER_KILL_ROUNDS} kills landed before every copy was made")
+    assert mid_copy >= 1, f"seed {seed}: no kill landed mid-copy"
+    worker = start_worker(config, tmp_path, name="worker-last")
+    try:
+        deadline = time.monotonic() + WORKER_LEASE_S + 90
+        while not _all_present(root, files):
+            assert worker.proc.poll() is None, worker.logs()
+            assert time.monotonic() < deadline, f"seed {seed}: not safe in time: {copy_rows(root)}"
+            time.sleep(0.2)
+    finally:
+        worker.stop()
+    assert worker.proc.returncode == 0, worker.logs()
+    _check_whole(config, root, files, f"seed {seed}, after the last worker")
+    assert copies_json(config)["summary"]["safe"] == len(files)
