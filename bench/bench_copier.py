@@ -24,7 +24,10 @@ cache), copied in turn by:
 - **replicate -> local / S3**: the whole replication of the store's files to
   a new storage (``copies: 2``, ``parallel_copies: 4``): the director's
   query, the worker's claims, the copier with every gzip member inflated at
-  the source, the copy status written (:func:`gateway.store.replication.run_pass`).
+  the source, the copy status written, run as ``gateway store replicate``
+  runs it: the director's pass made as ``replication_batch`` objects, a
+  replication worker of the jobs machinery ticking them
+  (:func:`gateway.store.replication_jobs.work_pass`).
 
 SeaweedFS (``weed server -s3``) runs on the same 2 cores, on 127.0.0.1, with
 its data in a temporary directory on the same disk. The rows take turns in
@@ -60,7 +63,7 @@ from gateway.storage.local import LocalStorage, LocalStorageConfig
 from gateway.storage.s3 import S3Storage, S3StorageConfig
 from gateway.storage.settings import RetentionPolicy, StorageSpec
 from gateway.store.replicas import Replicas
-from gateway.store.replication import run_pass
+from gateway.store.replication_jobs import BATCH, enqueue_pass, open_jobs, report_of, work_pass
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
 from tests.storage.seaweedfs import REGION, SeaweedFS
@@ -148,9 +151,11 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS, work: Path) -> None:
             retention=RetentionPolicy(copies=2, parallel_copies=4, batch_size=len(names)),
         )
         replicas = Replicas(settings, store.layout)
+        db, ctx = await open_jobs(store.layout.root, settings, None, [BATCH], "bench")
         try:
-            report = await run_pass(replicas)
+            report = report_of(await work_pass(ctx, await enqueue_pass(replicas, ctx)))
         finally:
+            await db.close()
             await replicas.close()
         if not report.ok or report.outcomes != {"copied": len(names)}:
             raise RuntimeError(f"replication did not copy every file: {report}")

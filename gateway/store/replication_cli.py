@@ -45,9 +45,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from gateway.jobs.actors import JobContext
-    from gateway.jobs.db import JobObject, JobsDB
-    from gateway.jobs.model import ObjectType
     from gateway.jobs.settings import JobsSettings
     from gateway.store.copies import FileCopies
     from gateway.store.replicas import Replicas
@@ -57,8 +54,6 @@ if TYPE_CHECKING:
 
 __all__ = ["cmd_copies", "cmd_replace_copies", "cmd_replicate", "cmd_scrub"]
 
-#: How often the command looks at the batches of its pass that other processes hold.
-POLL_S: Final = 0.2
 #: Rounds of a batch (tries of copies that failed transiently) without ``--once``.
 ROUNDS: Final = 6
 
@@ -77,32 +72,6 @@ async def _open(settings: StoreSettings) -> Store:
     from gateway.store.store import Store
 
     return await Store.open(settings, mode="shared")
-
-
-async def _jobs(
-    store: Store, settings: StoreSettings, jobs: JobsSettings | None, types: list[ObjectType]
-) -> tuple[JobsDB, JobContext]:
-    """The jobs database of ``store`` and a context for this command's actors."""
-    import os
-
-    from gateway.jobs.actors import JobContext
-    from gateway.jobs.db import JobsDB
-    from gateway.jobs.hooks import Hooks
-    from gateway.jobs.settings import JobsSettings
-
-    db = JobsDB(store.layout.db_path)
-    await db.open()
-    hooks = Hooks()
-    hooks.add_object_types(types)
-    ctx = JobContext(
-        db=db,
-        hooks=hooks,
-        settings=jobs or JobsSettings(),
-        store_root=store.layout.root,
-        owner=f"store {os.getpid()}",
-        store=settings,
-    )
-    return db, ctx
 
 
 # ------------------------------------------------------------------ replicate
@@ -136,13 +105,15 @@ async def _replicate(
     from gateway.store.replication_jobs import (
         BATCH,
         enqueue_pass,
+        open_jobs,
         remove_leftovers,
         report_of,
+        work_pass,
     )
 
     store = await _open(settings)
     try:
-        db, ctx = await _jobs(store, settings, jobs, [BATCH])
+        db, ctx = await open_jobs(store.layout.root, settings, jobs, [BATCH], "store")
         try:
             replicas = store.replicas
             for line in await remove_leftovers(replicas):
@@ -153,7 +124,7 @@ async def _replicate(
                 pass_id = await enqueue_pass(
                     replicas, ctx, max_rounds=1 if once else ROUNDS, replace_conflicts=replace
                 )
-                objects = await _run_pass(ctx, pass_id, bar.update)
+                objects = await work_pass(ctx, pass_id, progress=bar.update)
             failure = await _publish(replicas, command)
             return await _verdict(replicas, report_of(objects), failure, command=command)
         finally:
@@ -172,22 +143,6 @@ async def _publish(replicas: Replicas, command: str) -> str | None:
     if report.files and replicas.settings.publish is not None:
         _say(command, published(report, replicas.settings.publish.target))
     return None
-
-
-async def _run_pass(ctx: JobContext, pass_id: str, progress: Any) -> list[JobObject]:
-    """Work the batches of ``pass_id`` until each is final; return them."""
-    import asyncio
-
-    from gateway.store.replication_jobs import ReplicationWorker, read_pass
-
-    while True:
-        worker = ReplicationWorker(ctx, where=("pass_id = ?", [pass_id]))
-        worker.progress = progress
-        await worker.run()
-        objects = await ctx.db.call(read_pass, pass_id)
-        if all(obj.retry_at is None for obj in objects):
-            return objects
-        await asyncio.sleep(POLL_S)
 
 
 async def _verdict(
@@ -321,13 +276,14 @@ async def _scrub(
     from gateway.jobs.db import utcnow
     from gateway.progress import progress_bar
     from gateway.store.copy_scrub import ScrubReport
+    from gateway.store.replication_jobs import open_jobs
     from gateway.store.scrub import SCRUB, ScrubActor, write_scrub_backfill, write_scrub_due
 
     store = await _open(settings)
     started = time.monotonic()
     report = ScrubReport()
     try:
-        db, ctx = await _jobs(store, settings, jobs, [SCRUB])
+        db, ctx = await open_jobs(store.layout.root, settings, jobs, [SCRUB], "store")
         try:
             await db.call(write_scrub_backfill, utcnow())
             await db.call(write_scrub_due, utcnow())

@@ -44,17 +44,21 @@ a copy left ``ongoing`` by the dead worker counts as under way until
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 from gateway.jobs.actors import ActorType, JobContext, backoff_s
-from gateway.jobs.db import JobObject, Value, format_time, utcnow, write_objects
+from gateway.jobs.db import JobObject, JobsDB, Value, format_time, utcnow, write_objects
+from gateway.jobs.hooks import Hooks
 from gateway.jobs.model import ObjectType
 from gateway.jobs.settings import JobsSettings
 from gateway.storage.errors import StorageError
@@ -70,6 +74,7 @@ from gateway.store.replication import (
     replicate_batch,
     retry_copies,
 )
+from gateway.store.settings import StoreSettings
 
 __all__ = [
     "BATCH",
@@ -77,12 +82,14 @@ __all__ = [
     "DirectorActor",
     "ReplicationWorker",
     "enqueue_pass",
+    "open_jobs",
     "publish",
     "published",
     "read_active_batches",
     "read_pass",
     "remove_leftovers",
     "report_of",
+    "work_pass",
     "write_batches",
     "write_director",
 ]
@@ -216,6 +223,47 @@ async def enqueue_pass(
         replace_conflicts=replace_conflicts,
     )
     return pass_id
+
+
+async def work_pass(
+    ctx: JobContext, pass_id: str, *, progress: Progress | None = None, poll_s: float = 0.2
+) -> list[JobObject]:
+    """Work the batches of ``pass_id`` with a replication worker of this process until
+    each is final (other processes' workers may take some: their batches are waited
+    for, read again every ``poll_s``); return them. ``progress(n)``: bytes copied."""
+    while True:
+        worker = ReplicationWorker(ctx, where=("pass_id = ?", [pass_id]))
+        worker.progress = progress
+        await worker.run()
+        objects = await ctx.db.call(read_pass, pass_id)
+        if all(obj.retry_at is None for obj in objects):
+            return objects
+        await asyncio.sleep(poll_s)
+
+
+async def open_jobs(
+    store_root: Path,
+    settings: StoreSettings,
+    jobs: JobsSettings | None,
+    object_types: Sequence[ObjectType],
+    who: str,
+) -> tuple[JobsDB, JobContext]:
+    """The store's jobs database, opened, and a context for actors of ``object_types``
+    run by a command (``gateway store replicate | scrub``, the benchmark) in this
+    process, claiming as ``"{who} {pid}"``. Close the database when done."""
+    db = JobsDB(Layout(store_root).db_path)
+    await db.open()
+    hooks = Hooks()
+    hooks.add_object_types(object_types)
+    ctx = JobContext(
+        db=db,
+        hooks=hooks,
+        settings=jobs or JobsSettings(),
+        store_root=store_root,
+        owner=f"{who} {os.getpid()}",
+        store=settings,
+    )
+    return db, ctx
 
 
 def report_of(objects: Sequence[JobObject]) -> ReplicationReport:

@@ -81,7 +81,9 @@ def _start_replicate(config: Path, env: dict[str, str]) -> subprocess.Popen[str]
     )
 
 
-def _wait_for_ongoing(root: Path, proc: subprocess.Popen[str], timeout_s: float = 60) -> bool:
+def _wait_for_ongoing(
+    root: Path, proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout_s: float = 60
+) -> bool:
     """Wait until a copy is ``ongoing`` (True) or the process has ended (False)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
