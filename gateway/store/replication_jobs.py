@@ -10,10 +10,15 @@ by :meth:`DirectorActor.seed` when ``store.storages`` is configured),
 periodic. A tick reads the files with fewer safe copies than
 ``retention.copies`` (:func:`~gateway.store.replication.director_batches`,
 ``batch_size`` file ids at a time) and makes one ``replication_batch``
-object per batch, then waits ``jobs.replicate_interval_s``; while batches
-it made are still queued it only waits (a file is never in two live
-batches of the director). Each pass also removes what killed copies left
-on the storages and publishes newly safe files (``store.publish``).
+object per batch, then waits ``jobs.replicate_interval_s``. While batches
+wait for a worker (due, or backing off between rounds) it only waits, so a
+file is not handed out again before a worker has had its batch; a batch a
+worker holds does not stop it (its files' copies are claimed ``ongoing``
+as the worker goes, and a copy claimed twice is made once: claims are
+compare-and-swap writes), nor does the lease of a worker that died, which
+would otherwise stop replication until the lease expires. Each pass also
+removes what killed copies left on the storages and publishes newly safe
+files (``store.publish``).
 
 ::
 
@@ -85,8 +90,8 @@ __all__ = [
     "open_jobs",
     "publish",
     "published",
-    "read_active_batches",
     "read_pass",
+    "read_waiting_batches",
     "remove_leftovers",
     "report_of",
     "work_pass",
@@ -151,10 +156,13 @@ Progress = Callable[[int], object]
 
 
 # ------------------------------------------------------------------------ reads
-def read_active_batches(conn: sqlite3.Connection) -> int:
-    """How many batch objects are not final (queued, due or backing off)."""
+def read_waiting_batches(conn: sqlite3.Connection, now: datetime) -> int:
+    """How many batch objects wait for a worker: not final and not held by a live
+    lease (due, backing off between rounds, or leased by a worker whose lease ran out)."""
     (count,) = conn.execute(
         f"SELECT COUNT(*) FROM {BATCH.table} WHERE retry_at IS NOT NULL"
+        " AND (lease_owner IS NULL OR retry_at <= ?)",
+        (format_time(now),),
     ).fetchone()
     return int(count)
 
@@ -321,7 +329,7 @@ class DirectorActor(_ReplicationActor):
 
     async def tick(self, obj: JobObject) -> None:
         interval_s = self.ctx.settings.replicate_interval_s
-        if await self.ctx.db.call(read_active_batches):
+        if await self.ctx.db.call(read_waiting_batches, utcnow()):
             await self.transition_replication_director_waiting_to_waiting(
                 obj, retry_at=self.due_in(interval_s)
             )
