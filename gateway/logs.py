@@ -46,8 +46,13 @@ LogFormat = Literal["text", "json"]
 _TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
-def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--log-level``, ``--log-format`` and ``--access-log [FORMAT]``."""
+def add_logging_arguments(
+    parser: argparse.ArgumentParser, *, access_log: bool = True, json_help: str = ""
+) -> None:
+    """Add ``--log-level``, ``--log-format`` and (with ``access_log``) ``--access-log [FORMAT]``.
+
+    ``json_help`` is appended to ``--log-format``'s help (what JSON records carry).
+    """
     group = parser.add_argument_group("logging (standard error)")
     group.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="least severe level logged"
@@ -56,8 +61,10 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-format",
         choices=("text", "json"),
         default="text",
-        help="text lines, or one JSON object per line",
+        help="text lines, or one JSON object per line" + json_help,
     )
+    if not access_log:
+        return
     group.add_argument(
         "--access-log",
         metavar="FORMAT",

@@ -23,7 +23,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from gateway.logs import LOG_LEVELS
+from gateway.logs import add_logging_arguments
 
 if TYPE_CHECKING:
     from gateway.jobs.service import JobsService
@@ -110,15 +110,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "worker", help="run the store's background work (imports, scrubs) until SIGTERM"
     )
     worker.add_argument("--config", default=DEFAULT_CONFIG, help="collections.yaml to read")
-    logs = worker.add_argument_group("logging (standard error)")
-    logs.add_argument(
-        "--log-level", choices=LOG_LEVELS, default="info", help="least severe level logged"
-    )
-    logs.add_argument(
-        "--log-format",
-        choices=("text", "json"),
-        default="text",
-        help="text lines, or one JSON object per line (job records carry job_type, job_id, ...)",
+    add_logging_arguments(
+        worker, access_log=False, json_help=" (job records carry job_type, job_id, ...)"
     )
     worker.set_defaults(run=_worker)
 
