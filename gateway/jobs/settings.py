@@ -48,9 +48,9 @@ class JobsSettings:
       for files with fewer safe copies than ``store.retention.copies`` (it
       waits while the batches it made are still being copied).
     - ``replicate_max_tick_s``: the tick limit (and lease) of a replication
-      worker's batch: its copies, ``store.retention.parallel_copies`` at
-      once, must fit in it (a batch cut short is picked up again; its
-      copies stay ``ongoing`` until ``archival_max_age_s``).
+      worker: it starts copies of its batch for half of it and leaves the
+      rest to its next tick, so one copy (of the largest file, to the
+      slowest storage) must fit in the other half.
     """
 
     enabled: bool | None = None

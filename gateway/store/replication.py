@@ -196,10 +196,13 @@ class ReplicationReport:
 
     ``unsafe`` maps a file name to the reasons it was not made safe in this
     pass; ``retry`` holds the copies that failed transiently (their claim
-    stays ``ongoing``), for a caller that tries them again itself.
+    stays ``ongoing``), for a caller that tries them again itself;
+    ``deferred`` counts the copies not started (not even claimed) because
+    the worker's ``deadline`` had passed.
     """
 
     files: int = 0
+    deferred: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     bytes_copied: int = 0
     unsafe: dict[str, list[str]] = field(default_factory=dict)
@@ -220,6 +223,7 @@ class ReplicationReport:
         for outcome, n in other.outcomes.items():
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
         self.bytes_copied += other.bytes_copied
+        self.deferred += other.deferred
         for name, whys in other.unsafe.items():
             self.unsafe.setdefault(name, []).extend(whys)
         self.retry.extend(other.retry)
@@ -258,12 +262,15 @@ async def replicate_batch(
     replace_conflicts: bool = False,
     rng: random.Random | None = None,
     progress: Progress | None = None,
+    deadline: float | None = None,
 ) -> ReplicationReport:
     """The worker: make the copies files ``ids`` need (see the module docstring).
 
-    ``progress(n)`` is called with the bytes of each copy made. Returns what
-    was done; raises only on index failures (:class:`sqlite3.Error`) and
-    cancellation.
+    ``progress(n)`` is called with the bytes of each copy made. A copy whose
+    turn comes after ``deadline`` (``time.monotonic()``) is not started and
+    counted in ``deferred``: the worker's tick is time-boxed, and a later
+    call plans what is left afresh. Returns what was done; raises only on
+    index failures (:class:`sqlite3.Error`) and cancellation.
     """
     rng = rng or random.Random()
     mtime = time.time()
@@ -290,6 +297,9 @@ async def replicate_batch(
 
     async def run(copy: CopyPlan) -> None:
         async with slots:
+            if deadline is not None and time.monotonic() >= deadline:
+                report.deferred += 1
+                return
             await _claim_and_copy(replicas, copy, mtime, retry, report, progress)
 
     async with asyncio.TaskGroup() as group:

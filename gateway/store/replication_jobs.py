@@ -27,7 +27,11 @@ files (``store.publish``).
 **A worker** (``replication_worker``) ticks one ``replication_batch``
 object: :func:`~gateway.store.replication.replicate_batch` (needs re-read,
 integrity at the source, claims, copies ``parallel_copies`` at once,
-verification at the destination, the copy status). Copies that failed for
+verification at the destination, the copy status). A tick is time-boxed:
+it starts copies for half of ``jobs.replicate_max_tick_s`` and leaves the
+rest (``deferred``, not claimed) to the next tick of the same object, due
+at once, which plans them afresh; so a batch of any size fits the tick
+limit, as long as one copy fits in the other half. Copies that failed for
 a transient reason (a storage down) keep their ``ongoing`` claim and are
 tried again by the next tick of the same object, after a backoff, up to
 ``max_rounds`` ticks (6; 1 for ``store replicate --once``); then the
@@ -36,7 +40,8 @@ lists the files again (the Software Heritage archiver's way).
 
 ::
 
-    queued --(copies failed transiently: retried after a backoff)--> queued
+    queued --(copies failed transiently: retried after a backoff;
+              or copies left when the tick's time was up: at once)--> queued
     queued --> done      every file of the batch has its safe copies
     queued --> unsafe    a file could not be made safe (the reasons kept in ``problems``)
 
@@ -133,6 +138,7 @@ BATCH: Final = ObjectType(
         ("max_rounds", "INTEGER NOT NULL DEFAULT 6"),
         ("replace_conflicts", "INTEGER NOT NULL DEFAULT 0"),
         ("rounds", "INTEGER NOT NULL DEFAULT 0"),
+        ("deferred", "INTEGER NOT NULL DEFAULT 0"),
         ("files", "INTEGER NOT NULL DEFAULT 0"),
         ("outcomes", "TEXT NOT NULL DEFAULT '{}'"),
         ("bytes_copied", "INTEGER NOT NULL DEFAULT 0"),
@@ -148,6 +154,9 @@ BATCH: Final = ObjectType(
 
 #: The one director object's key.
 POLICY: Final = "retention"
+#: The share of a worker's tick limit spent starting copies; the rest lets the last
+#: ones finish (a copy must fit in the rest: ``jobs.replicate_max_tick_s``).
+TICK_BUDGET_SHARE: Final = 0.5
 #: Backoff between the rounds of a batch whose copies failed transiently (seconds).
 ROUND_BACKOFF_BASE_S: Final = 5.0
 ROUND_BACKOFF_MAX_S: Final = 300.0
@@ -386,33 +395,46 @@ class ReplicationWorker(_ReplicationActor):
 
     async def tick(self, obj: JobObject) -> None:
         replicas = self.replicas
+        deadline = time.monotonic() + self.tick_limit_s * TICK_BUDGET_SHARE
         pending = json.loads(str(obj["pending"]))
+        report = ReplicationReport()
         if pending:
             plans = await self._plans(pending)
-            report = await retry_copies(replicas, plans, progress=self.progress)
-        else:
+            report.add(await retry_copies(replicas, plans, progress=self.progress))
+        if not pending or int(obj["deferred"] or 0):
             ids = [int(i) for i in json.loads(str(obj["file_ids"]))]
-            report = await replicate_batch(
+            batch = await replicate_batch(
                 replicas,
                 ids,
                 replace_conflicts=bool(obj["replace_conflicts"]),
                 progress=self.progress,
+                deadline=deadline,
             )
-        rounds = int(obj["rounds"] or 0) + 1
+            if int(obj["files"] or 0):
+                batch.files = 0  # (counted by the first tick)
+            report.add(batch)
+        rounds = int(obj["rounds"] or 0) + (1 if report.retry else 0)
         values = _totals(obj, report, rounds)
-        if report.retry and rounds < int(obj["max_rounds"] or 1):
+        retry = bool(report.retry) and rounds < int(obj["max_rounds"] or 1)
+        if retry or report.deferred:
             values["pending"] = json.dumps(
                 [
                     [c.file.name, c.source, c.destination, claimed, c.replace]
-                    for c, claimed in report.retry
+                    for c, claimed in (report.retry if retry else ())
                 ]
             )
-            delay = backoff_s(rounds, ROUND_BACKOFF_BASE_S, ROUND_BACKOFF_MAX_S)
+            values["deferred"] = report.deferred
+            # Copies left for want of time go on at once; failed ones after a backoff.
+            delay = (
+                0.0
+                if report.deferred
+                else backoff_s(rounds, ROUND_BACKOFF_BASE_S, ROUND_BACKOFF_MAX_S)
+            )
             await self.transition_replication_batch_queued_to_queued(
                 obj, retry_at=self.due_in(delay), values=values
             )
             return
-        values["pending"] = "[]"
+        values["pending"], values["deferred"] = "[]", 0
         problems: dict[str, list[str]] = json.loads(str(values["problems"]))
         unsafe = await self._still_unsafe(problems)
         values["problems"] = json.dumps({name: problems[name] for name in unsafe})
@@ -470,6 +492,8 @@ def _totals(obj: JobObject, report: ReplicationReport, rounds: int) -> dict[str,
     outcomes: dict[str, int] = json.loads(str(obj["outcomes"]))
     for outcome, n in report.outcomes.items():
         outcomes[outcome] = outcomes.get(outcome, 0) + n
+    if report.deferred:
+        outcomes["deferred"] = outcomes.get("deferred", 0) + report.deferred
     problems: dict[str, list[str]] = json.loads(str(obj["problems"]))
     for name, whys in report.unsafe.items():
         problems.setdefault(name, []).extend(whys)

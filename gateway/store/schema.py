@@ -316,6 +316,7 @@ def add_copy_status(conn: sqlite3.Connection) -> None:
             max_rounds INTEGER NOT NULL DEFAULT 6,
             replace_conflicts INTEGER NOT NULL DEFAULT 0,
             rounds INTEGER NOT NULL DEFAULT 0,
+            deferred INTEGER NOT NULL DEFAULT 0,
             files INTEGER NOT NULL DEFAULT 0,
             outcomes TEXT NOT NULL DEFAULT '{}',
             bytes_copied INTEGER NOT NULL DEFAULT 0,

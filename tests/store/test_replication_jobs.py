@@ -1,7 +1,8 @@
 """Replication as background work (issue 13 §3, "done when"): the policy holds by itself
 in ``gateway serve``, whose director, workers and scrub find and mend a lost primary and a
 damaged replica with no command run; a batch that cannot make a file safe ends ``unsafe``
-with the reason, shown by ``gateway jobs``."""
+with the reason, shown by ``gateway jobs``; a worker's tick is time-boxed (the copies it
+has no time for are deferred, unclaimed)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config import load_config
+from gateway.store.layout import Layout
+from gateway.store.replicas import Replicas
+from gateway.store.replication import director_batches, replicate_batch
 from gateway.store.replication_jobs import BATCH, DIRECTOR
 from tests.conftest import MakeClient
 from tests.jobs.process_support import run_gateway
@@ -135,3 +140,29 @@ def test_a_batch_that_cannot_make_a_file_safe_ends_unsafe_with_the_reason(
     assert "replication_batch" in shown.stdout
     assert "unsafe: #1 store-" in shown.stdout
     assert f"1 file(s) not safe: {victim}: primary -> backup: source_corrupt" in shown.stdout
+
+
+async def test_a_worker_defers_the_copies_its_tick_has_no_time_for(tmp_path: Path) -> None:
+    """A copy whose turn comes after the tick's deadline is not started, not even
+    claimed; the next call plans it afresh and makes it."""
+    root = tmp_path / "store"
+    await asyncio.to_thread(
+        record_files, root, captures=4, body_bytes=30_000, rollover_bytes=60_000
+    )
+    files = closed_files(root)
+    config = write_config(
+        tmp_path / "c.yaml", root, [local_place(tmp_path, "backup")], copies=2, parallel_copies=1
+    )
+    replicas = Replicas(load_config(config).store, Layout(root))
+    try:
+        ids = [ids async for ids in director_batches(replicas)]
+        assert [len(batch) for batch in ids] == [len(files)]
+        late = await replicate_batch(replicas, ids[0], deadline=time.monotonic())
+        assert (late.deferred, late.outcomes, late.unsafe) == (len(files), {}, {})
+        assert not any(storage == "backup" for _, storage in copy_rows(root))  # no claim
+        rest = await replicate_batch(replicas, ids[0], deadline=time.monotonic() + 600)
+        assert (rest.deferred, rest.outcomes) == (0, {"copied": len(files)})
+    finally:
+        await replicas.close()
+    rows = copy_rows(root)
+    assert all(rows[(name, "backup")] == ("present", sha) for name, sha in files.items())
