@@ -29,8 +29,9 @@ repair`` mends it (the salvaged file gets an object of its own).
 ``gateway worker``, ``gateway store scrub``), the same pass then verifies
 every ``present`` copy of the file, the primary's bytes included, against
 the file's SHA-256 (:func:`gateway.store.copy_scrub.verify_copies_of`), in
-the same time-boxed ticks (a tick reads at least one copy whole; the
-copies verified since the pass began are not read again). A damaged or
+the same time-boxed ticks (the copies verified since the pass began are
+not read again, and a copy read to the tick's deadline is read on from
+there by the actor's next tick of the file). A damaged or
 missing copy becomes ``corrupted`` or ``missing`` in the copy status and
 the replication director makes a new one from a good copy, or restores a
 damaged primary from a replica; the pass's result names them.
@@ -58,7 +59,7 @@ from gateway.jobs.db import JobObject, Value, format_time, parse_time, utcnow
 from gateway.jobs.model import ObjectType
 from gateway.jobs.settings import JobsSettings
 from gateway.store.check import Problem, compare_rows, verify_problems
-from gateway.store.copy_scrub import ScrubReport, verify_copies_of
+from gateway.store.copy_scrub import PartialDigests, ScrubReport, verify_copies_of
 from gateway.store.db import FileRow, IndexDB
 from gateway.store.framing import Frame, FramingError, file_format, scan_frames
 from gateway.store.indexing import RangeReader
@@ -304,6 +305,7 @@ class ScrubActor(StoreActorType):
 
     async def on_startup(self) -> None:
         await super().on_startup()
+        self._partials: PartialDigests = {}
         if self.ctx.store is not None:
             self._replicas = Replicas(self.ctx.store, self.layout)
 
@@ -369,6 +371,7 @@ class ScrubActor(StoreActorType):
                 since=parse_time(pass_started).timestamp(),
                 deadline=started + budget,
                 report=report,
+                partials=self._partials,
                 progress=self.progress,
             )
             copy_notes = _copy_notes(report, found)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from gateway.config import load_config
-from gateway.store.layout import Layout
+from gateway.store.copy_scrub import PartialDigest, ScrubReport, verify_copies_of
+from gateway.store.layout import FS_VERSION, Layout
 from gateway.store.replicas import Replicas
 from gateway.store.replication import director_batches, replicate_batch
 from gateway.store.replication_jobs import BATCH, DIRECTOR
@@ -166,3 +167,55 @@ async def test_a_worker_defers_the_copies_its_tick_has_no_time_for(tmp_path: Pat
         await replicas.close()
     rows = copy_rows(root)
     assert all(rows[(name, "backup")] == ("present", sha) for name, sha in files.items())
+
+
+async def test_a_copy_is_read_back_a_chunk_at_a_time_across_ticks(tmp_path: Path) -> None:
+    """The scrub's copy verification is time-boxed inside a copy: with its deadline
+    already past, each call reads one chunk (1 MiB) and keeps the digest so far, the
+    next call reads on; the verdict is the whole copy's."""
+    root = tmp_path / "store"
+    await asyncio.to_thread(
+        record_files, root, captures=2, body_bytes=1_500_000, rollover_bytes=2_500_000
+    )
+    files = closed_files(root)
+    name, sha256 = sorted(files.items())[0]
+    size = (root / "warcs" / name).stat().st_size
+    chunks = -(-size // (1 << 20))
+    assert chunks >= 2
+    backup = local_place(tmp_path, "backup")
+    config = write_config(tmp_path / "c.yaml", root, [backup], copies=2)
+    replicas = Replicas(load_config(config).store, Layout(root))
+    try:
+        (ids,) = [ids async for ids in director_batches(replicas)]
+        await replicate_batch(replicas, ids)
+        assert copy_rows(root)[(name, "backup")] == ("present", sha256)
+
+        async def scrub(since: float) -> tuple[int, ScrubReport]:
+            report, partials, calls = ScrubReport(), dict[tuple[str, str], PartialDigest](), 0
+            while True:
+                calls += 1
+                assert calls < 100
+                done = await verify_copies_of(
+                    replicas,
+                    name,
+                    sha256,
+                    FS_VERSION,
+                    since=since,
+                    deadline=time.monotonic(),
+                    report=report,
+                    partials=partials,
+                )
+                if done:
+                    assert partials == {}
+                    return calls, report
+
+        calls, report = await scrub(time.time())
+        assert (calls, report.verified, report.ok) == (2 * chunks, 2, True)  # primary, backup
+        replica = Path(str(backup.spec["path"])) / name
+        replica.write_bytes(_flip(replica.read_bytes(), size - 10))  # in its last chunk
+        calls, report = await scrub(time.time())
+        assert calls == 2 * chunks
+        assert [(f, p) for f, p, _ in report.corrupted] == [(name, "backup")]
+    finally:
+        await replicas.close()
+    assert copy_rows(root)[(name, "backup")] == ("corrupted", sha256)
