@@ -7,7 +7,8 @@ wherever an orchestrator runs (``gateway serve``, ``gateway worker``), and
 
 **The director** (``replication_director``): one object per store (made
 by :meth:`DirectorActor.seed` when ``store.storages`` is configured),
-periodic. A tick reads the files with fewer safe copies than
+periodic, and woken when a file is closed (:func:`write_director_wake`, in
+the transaction that closes it). A tick reads the files with fewer safe copies than
 ``retention.copies`` (:func:`~gateway.store.replication.director_batches`,
 ``batch_size`` file ids at a time) and makes one ``replication_batch``
 object per batch, then waits ``jobs.replicate_interval_s``. While batches
@@ -102,6 +103,7 @@ __all__ = [
     "work_pass",
     "write_batches",
     "write_director",
+    "write_director_wake",
 ]
 
 logger = logging.getLogger(__name__)
@@ -193,6 +195,17 @@ def write_director(conn: sqlite3.Connection, now: datetime) -> int:
         f"INSERT OR IGNORE INTO {DIRECTOR.table} (status, retry_at, created_at, updated_at,"
         " policy) VALUES (?, ?, ?, ?, ?)",
         (DIRECTOR.initial, stamp, stamp, stamp, POLICY),
+    )
+    return cursor.rowcount
+
+
+def write_director_wake(conn: sqlite3.Connection, now: datetime) -> int:
+    """Make the director due now (a file was closed: it may need copies), unless a
+    live actor holds it or it is due already; one statement, a wake only."""
+    stamp = format_time(now)
+    cursor = conn.execute(
+        f"UPDATE {DIRECTOR.table} SET retry_at = ? WHERE retry_at > ? AND lease_owner IS NULL",
+        (stamp, stamp),
     )
     return cursor.rowcount
 

@@ -33,6 +33,9 @@ from tests.store.replication_support import (
     write_config,
 )
 
+#: A WARC file to import while serving (warcio's test data, in ../shared/data).
+SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "data" / "warcio-test" / "example.warc.gz"
+
 #: Background work at a pace a test can watch: the director every 0.3 s, every file
 #: verified again about every 2 s (2.5e-5 days).
 FAST_JOBS = {
@@ -219,3 +222,33 @@ async def test_a_copy_is_read_back_a_chunk_at_a_time_across_ticks(tmp_path: Path
     finally:
         await replicas.close()
     assert copy_rows(root)[(name, "backup")] == ("corrupted", sha256)
+
+
+@pytest.mark.timeout(180)
+async def test_a_file_closed_while_serving_wakes_the_director(
+    tmp_path: Path, make_client: MakeClient
+) -> None:
+    """The director's interval is an hour here: a file the store closes (an online
+    import) is copied at once all the same, the transaction that closed it having
+    made the director due."""
+    root = tmp_path / "store"
+    await asyncio.to_thread(
+        record_files, root, captures=2, body_bytes=30_000, rollover_bytes=40_000
+    )
+    backup = local_place(tmp_path, "backup")
+    jobs = {**FAST_JOBS, "replicate_interval_s": 3600}
+    config = write_config(tmp_path / "c.yaml", root, [backup], copies=2, jobs=jobs)
+    await make_client(config.read_text("utf-8"))
+
+    def safe() -> bool:
+        files, rows = closed_files(root), copy_rows(root)
+        return all(rows.get((name, "backup")) == ("present", sha) for name, sha in files.items())
+
+    await _until("the files recorded before start copied by the first pass", safe)
+    before = set(closed_files(root))
+    added = await asyncio.to_thread(
+        run_gateway, "store", "add", str(SAMPLE), "--config", str(config), cwd=tmp_path
+    )
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert len(set(closed_files(root)) - before) == 1
+    await _until("the imported file copied well before the director's interval", safe)
