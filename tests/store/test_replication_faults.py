@@ -233,15 +233,8 @@ def test_sigkill_of_the_worker_at_random_moments(
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.communicate(timeout=60)
-        rows = copy_rows(root)
-        mid_copy += any(status == "ongoing" for status, _ in rows.values())
-        objects = asyncio.run(_objects(config))
-        for name, (size, digest) in objects.items():  # whole objects only, ever
-            assert digest == files[name], f"seed {seed}, round {round_no}: {name} is not whole"
-            assert size == (root / "warcs" / name).stat().st_size
-        for (name, _storage), (status, sha256) in rows.items():
-            if status == "present":
-                assert objects.get(name, (0, ""))[1] == sha256 == files[name], (seed, round_no)
+        mid_copy += any(status == "ongoing" for status, _ in copy_rows(root).values())
+        _check_whole(config, root, files, f"seed {seed}, round {round_no}")  # ever
         if round_no < KILL_ROUNDS - 1:  # start the next round from nothing copied
             asyncio.run(_delete_objects(config))
             _reset(root)
