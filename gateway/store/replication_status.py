@@ -20,6 +20,9 @@ the store has storages. Families:
                                            cannot be opened
 =========================================  ============================================
 
+``/_status``'s ``store`` entry (:func:`replication_status`) has the same
+counts: ``files`` by state and ``copies`` per place and status.
+
 The copy counts cost a pass over the index's ``files`` (O(files), read-only,
 in the scrape's worker thread); they are computed at most every
 :data:`~gateway.store.replicas.SUMMARY_MAX_AGE_S` seconds and reused in
@@ -28,10 +31,10 @@ between (:class:`~gateway.store.replicas.CachedSummary`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gateway.store.copies import CopySummary
+from gateway.store.copies import COPY_STATUSES, CopySummary
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -103,6 +106,15 @@ def _states(summary: CopySummary) -> dict[str, int]:
     }
 
 
+def _copies(summary: CopySummary, places: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Copies per place (config order) and status, every status listed (0 when none)."""
+    table: dict[str, dict[str, int]] = {place: dict.fromkeys(COPY_STATUSES, 0) for place in places}
+    for (storage, status), count in summary.by_status.items():
+        if storage in table:
+            table[storage][status] = count
+    return table
+
+
 def replication_status(replicas: Replicas) -> dict[str, Any]:
     """``/_status``'s ``store`` entry (blocking: run it in a worker thread)."""
     summary = replicas.summary.get()
@@ -111,6 +123,7 @@ def replication_status(replicas: Replicas) -> dict[str, Any]:
     return {
         "retention": {"copies": replicas.policy.copies, "places": list(replicas.places)},
         "files": {"total": summary.files, **_states(summary)},
+        "copies": _copies(summary, replicas.places),
         "storages_down": replicas.pool.down(),
         "replica_reads": {
             "primary_failures": reads.primary_failures,

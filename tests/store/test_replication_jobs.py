@@ -118,6 +118,13 @@ async def test_the_policy_holds_by_itself_in_a_serving_gateway(
     report = await (await client.get("/_jobs")).json()
     assert report["types"]["replication_batch"]["states"]["done"] >= 2
     assert report["types"]["replication_director"]["states"]["waiting"] == 1
+    status = (await (await client.get("/_status")).json())["store"]
+    assert status["files"]["safe"] == len(files)
+    counts = {"missing": 0, "ongoing": 0, "present": len(files), "corrupted": 0}
+    assert status["copies"] == {"primary": counts, "backup": counts}
+    metrics = await (await client.get("/metrics")).text()
+    assert f'gateway_store_copies{{status="present",storage="backup"}} {len(files)}.0' in metrics
+    assert f'gateway_store_replicated_files{{state="safe"}} {len(files)}.0' in metrics
 
 
 def test_a_batch_that_cannot_make_a_file_safe_ends_unsafe_with_the_reason(
