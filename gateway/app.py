@@ -24,89 +24,27 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway.aggregate import Collection, IndexGroup, Step
+from gateway.aggregate import Collection
 from gateway.api.common import ERRORS_HEADER, client_left, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
 from gateway.cdxj import canonical_urlkey
 from gateway.clients import SharedClients
-from gateway.config import CollectionConfig, GatewayConfig
-from gateway.errors import ConfigError, GatewayError
+from gateway.collection_builder import build_collection, build_collections
+from gateway.config import GatewayConfig
+from gateway.errors import GatewayError
 from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, METRICS, READINESS, TIMEMAP_PAGE_SIZE
-from gateway.loaders.base import ResourceLoader
-from gateway.loaders.resolvers import RESOLVER_TYPES
-from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.logfilter import install as install_bad_request_log_filter
 from gateway.metrics import CLIENT_LEFT_STATUS, Metrics, RouteStats, register_collector
 from gateway.readiness import Readiness
-from gateway.sources import SOURCE_TYPES
-from gateway.sources.base import IndexSource
 
 if TYPE_CHECKING:
     from gateway.jobs.service import JobsService
-    from gateway.recording import Recorder
 
 __all__ = ["build_collection", "build_collections", "create_app"]
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def build_collection(config: CollectionConfig, clients: SharedClients) -> Collection:
-    """Turn one collection's config into steps of sources and loaders.
-
-    Raises :class:`ConfigError` (with the YAML path) when a source or
-    resolver rejects its settings, e.g. an index path that does not exist.
-    """
-    steps = []
-    for step_config in config.steps:
-        members: list[IndexSource] = []
-        for member_name, spec in step_config.members:
-            factory = SOURCE_TYPES[spec.type]
-            try:
-                members.append(factory.from_config(spec.config, name=member_name, clients=clients))
-            except ValueError as exc:
-                raise ConfigError(spec.path, str(exc)) from exc
-        resolvers = []
-        for resolver_spec in step_config.resolvers:
-            resolver_factory = RESOLVER_TYPES[resolver_spec.type]
-            try:
-                resolvers.append(
-                    resolver_factory.from_config(resolver_spec.config, clients=clients)
-                )
-            except ValueError as exc:
-                raise ConfigError(resolver_spec.path, str(exc)) from exc
-        # Members' own loaders first: a remote CDX capture may carry the
-        # archive's filename and offset, which the step's WARC prefixes lack.
-        loaders: list[ResourceLoader] = [
-            loader for member in members for loader in member.resource_loaders()
-        ]
-        if resolvers:
-            warc_config = WarcLoaderConfig(
-                resolvers=tuple(spec.config for spec in step_config.resolvers)
-            )
-            loaders.append(WarcLoader(warc_config, clients=clients, resolvers=resolvers))
-        group = IndexGroup(members, timeout_s=step_config.timeout_s)
-        recording = frozenset(
-            name for name, spec in step_config.members if spec.record or step_config.record
-        )
-        recorder: Recorder | None = None
-        if recording:
-            from gateway.recording import Recorder
-
-            recorder = Recorder(
-                clients=clients,
-                members=recording,
-                dedup=config.dedup,
-                skip_if_updated_days=step_config.skip_if_updated_days,
-            )
-        steps.append(Step(step_config.name, group, loaders, recorder, step_config.load_timeout_s))
-    return Collection(config.name, steps, is_sequence=config.is_sequence, fuzzy=config.fuzzy)
-
-
-def build_collections(config: GatewayConfig, clients: SharedClients) -> dict[str, Collection]:
-    """Every collection of ``config``, in file order; raises :class:`ConfigError`."""
-    return {name: build_collection(coll, clients) for name, coll in config.collections.items()}
 
 
 def api_route(handler: Handler, stats: RouteStats) -> Handler:

@@ -54,8 +54,8 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 def _serve(args: argparse.Namespace) -> int:
     import logging
 
-    from gateway.app import build_collections
     from gateway.clients import SharedClients
+    from gateway.collection_builder import build_collections
     from gateway.errors import ConfigError
     from gateway.jobs.service import JobsService
     from gateway.logs import configure_logging
@@ -117,9 +117,8 @@ def _run_app(
     ``parent``: the supervisor's pid when this process is one of
     ``--workers`` (the worker stops when it goes away).
     """
-    from aiohttp import web
-
     from gateway.app import create_app
+    from gateway.http_server import run_app
     from gateway.logs import access_logger
 
     app = create_app(config, collections=collections, clients=clients)
@@ -128,14 +127,13 @@ def _run_app(
         from gateway.workers import watch_parent
 
         watch_parent(app, parent)
-    web.run_app(
+    run_app(  # aiohttp's run_app, raw UTF-8 request targets read percent-encoded
         app,
         sock=sock,
+        loop=_new_loop(),
         handler_cancellation=True,
         access_log=access_logger(args.access_log),
         access_log_format=args.access_log or "",
-        print=None,
-        loop=_new_loop(),
     )
 
 
@@ -145,8 +143,8 @@ def _serve_workers(
     """``--workers N``: ``sock`` is bound once, N processes serve it (:mod:`gateway.workers`)."""
     import logging
 
-    from gateway.app import build_collections
     from gateway.clients import SharedClients
+    from gateway.collection_builder import build_collections
     from gateway.workers import Supervisor
 
     def serve(sock: socket.socket, index: int, parent: int) -> None:
@@ -196,8 +194,8 @@ async def _freeze_heap(app: object) -> None:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    from gateway.app import build_collections
     from gateway.clients import SharedClients
+    from gateway.collection_builder import build_collections
     from gateway.errors import ConfigError
     from gateway.missing_dirs import report_only
 

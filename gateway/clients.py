@@ -6,7 +6,8 @@ storage (its aiobotocore client) per bucket and prefix read by S3 resolvers
 (:meth:`SharedClients.s3_storage`). Created in the
 app's ``cleanup_ctx`` by :meth:`SharedClients.start`, closed by
 :meth:`SharedClients.close`; sources reach them through this object at lookup
-time, so sources can be built before the event loop runs.
+time, so sources can be built before the event loop runs (and without
+importing aiohttp or redis-py: ``gateway check-config`` builds them too).
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 if TYPE_CHECKING:
+    import aiohttp
     import redis.asyncio
 
     from gateway.storage.base import Storage
@@ -67,6 +67,8 @@ class SharedClients:
     async def start(self) -> None:
         """Create the ClientSession (call from a running event loop)."""
         if self._session is None:
+            import aiohttp  # here, not at the top: check-config never starts clients
+
             connector = aiohttp.TCPConnector(
                 limit=self.settings.total_limit,
                 limit_per_host=self.settings.limit_per_host,

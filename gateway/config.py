@@ -48,7 +48,7 @@ from gateway.errors import ConfigError
 from gateway.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules
 from gateway.jobs.settings import JobsSettings
 from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_kind_for_shorthand
-from gateway.sources import SOURCE_TYPES
+from gateway.sources import SOURCE_SHORTHANDS, SOURCE_TYPES
 from gateway.storage import STORAGE_TYPES
 from gateway.storage.settings import (
     PRIMARY,
@@ -365,8 +365,8 @@ def _step(name: str, data: Mapping[str, object], path: str) -> StepConfig:
 def _shorthand_kinds() -> list[tuple[str, str]]:
     pairs = [
         (prefix, kind)
-        for kind, factory in SOURCE_TYPES.items()
-        for prefix in factory.shorthand_prefixes
+        for kind, shorthand in SOURCE_SHORTHANDS.items()
+        for prefix in shorthand.prefixes
     ]
     return sorted(pairs, key=lambda pair: -len(pair[0]))
 
@@ -384,8 +384,8 @@ def _expected_sources() -> str:
 
 def _kind_by_suffix(text: str) -> str:
     """The type of a plain path: the first whose ``shorthand_suffixes`` it ends with, else file."""
-    for kind, factory in SOURCE_TYPES.items():
-        if text.endswith(getattr(factory, "shorthand_suffixes", ())):
+    for kind, shorthand in SOURCE_SHORTHANDS.items():
+        if shorthand.suffixes and text.endswith(shorthand.suffixes):
             return kind
     return "file"
 

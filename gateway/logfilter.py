@@ -1,9 +1,10 @@
 """Malformed HTTP that aiohttp refuses before the app sees it: one short log line.
 
 aiohttp's parser answers some requests itself, with a plain-text 400:
-raw bytes past ASCII in the request target (its C parser, llhttp, is
-strict), a request line or header past its limits, garbage instead of
-HTTP. It then logs the error at ERROR with a traceback that quotes the
+a request line or header past its limits, a malformed request target
+(a space, a control character; raw bytes past ASCII are read as
+percent-encoded by :mod:`gateway.http_server` instead), garbage instead
+of HTTP. It then logs the error at ERROR with a traceback that quotes the
 request. :class:`BadRequestLogFilter` turns those records into one INFO
 line naming the client and the error, cut to :data:`MAX_CHARS`: a client's
 bad request is not a server error, and its bytes are not echoed at length.

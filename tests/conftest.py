@@ -48,6 +48,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -63,6 +64,7 @@ from warcio.warcwriter import WARCWriter
 from gateway.app import create_app
 from gateway.clients import SharedClients
 from gateway.config import parse_config
+from gateway.http_server import GatewaySockSite
 from tests.sources.redis_support import redis_client
 from tests.storage.seaweedfs import SeaweedFS, SeaweedFSError, run_in_thread
 
@@ -103,10 +105,11 @@ def make_client(aiohttp_client: Callable[..., Awaitable[TestClient]]) -> MakeCli
 @contextlib.asynccontextmanager
 async def serving(yaml_text: str) -> AsyncIterator[int]:
     """The gateway app for ``yaml_text`` served on 127.0.0.1 (an aiohttp
-    ``AppRunner``, in the test's loop); yields its port, cleans up after."""
+    ``AppRunner`` with ``gateway serve``'s site, in the test's loop); yields
+    its port, cleans up after."""
     runner = web.AppRunner(create_app(parse_config(yaml_text)))
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = GatewaySockSite(runner, socket.create_server(("127.0.0.1", 0)))
     await site.start()
     try:
         yield runner.addresses[0][1]
@@ -262,6 +265,24 @@ def _start_until_ready(
         failure = server.describe()
         server.stop()
     pytest.fail(f"{name} exited during start-up {_START_ATTEMPTS} times:\n{failure}", pytrace=False)
+
+
+def serve_sample_iana(
+    workdir: Path, sample_dir: Path, *options: str, name: str = "gateway"
+) -> tuple[_Server, int]:
+    """``gateway serve`` of the sample's ``iana.cdxj`` and WARCs (collection
+    ``iana``) on a free port, with ``options``; returns the server and its port."""
+    config = workdir / "collections.yaml"
+    config.write_text(
+        f"collections:\n  iana:\n    index: {sample_dir}/cdxj/iana.cdxj\n"
+        f"    resource: {sample_dir}/warcs/\n"
+    )
+
+    def argv(port: int) -> list[str]:
+        command = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+        return [*command, "--port", str(port), *options]
+
+    return _start_until_ready(name, argv, workdir, lambda p: _http_get(p, "/_health") is not None)
 
 
 # -- redis ------------------------------------------------------------------------

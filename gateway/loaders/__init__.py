@@ -26,16 +26,17 @@ from __future__ import annotations
 from typing import Final
 
 from gateway.loaders.base import ResourceLoader
-from gateway.loaders.live import LiveLoader
-from gateway.loaders.replay import ReplayLoader
-from gateway.loaders.store import StoreRecordLoader
-from gateway.loaders.warc import WarcLoader
+from gateway.registry import LazyRegistry
 
 __all__ = ["LOADER_TYPES", "ResourceLoader"]
 
-LOADER_TYPES: Final[dict[str, type[ResourceLoader]]] = {
-    "warc": WarcLoader,
-    "replay": ReplayLoader,
-    "live": LiveLoader,
-    "store": StoreRecordLoader,
-}
+# Each module is imported when its type is first looked up: building a
+# collection of local files imports neither aiohttp nor redis-py.
+LOADER_TYPES: Final = LazyRegistry[type[ResourceLoader]](
+    {
+        "warc": "gateway.loaders.warc:WarcLoader",
+        "replay": "gateway.loaders.replay:ReplayLoader",
+        "live": "gateway.loaders.live:LiveLoader",
+        "store": "gateway.loaders.store:StoreRecordLoader",
+    }
+)

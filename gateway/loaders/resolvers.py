@@ -51,18 +51,21 @@ import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Final, Literal, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, Protocol, Self, runtime_checkable
 from urllib.parse import quote, unquote
 
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveFileNotFound, UnsafeFilename
-from gateway.loaders.redis_resolver import RedisResolver
-from gateway.loaders.s3_resolver import S3Resolver
-from gateway.loaders.warc_reader import Location
 from gateway.missing_dirs import ensure_directory
+from gateway.registry import LazyRegistry
+
+if TYPE_CHECKING:
+    from gateway.loaders.warc_reader import Location
 
 __all__ = [
+    "REDIS_SHORTHAND_PREFIXES",
     "RESOLVER_TYPES",
+    "S3_SHORTHAND_PREFIXES",
     "PathIndexResolver",
     "PathIndexResolverConfig",
     "PrefixResolver",
@@ -478,12 +481,29 @@ def _read_path_index(path: str) -> dict[str, tuple[str, ...]]:
 
 
 # ---------------------------------------------------------------- registry
-RESOLVER_TYPES: Final[dict[str, type[ResolverFactory]]] = {
-    "prefix": PrefixResolver,
-    "path_index": PathIndexResolver,
-    "redis_index": RedisResolver,
-    "s3": S3Resolver,
-}
+# Redis's and S3's modules (redis-py, botocore's) are imported only for a config
+# that uses them.
+RESOLVER_TYPES: Final = LazyRegistry[type[ResolverFactory]](
+    {
+        "prefix": "gateway.loaders.resolvers:PrefixResolver",
+        "path_index": "gateway.loaders.resolvers:PathIndexResolver",
+        "redis_index": "gateway.loaders.redis_resolver:RedisResolver",
+        "s3": "gateway.loaders.s3_resolver:S3Resolver",
+    }
+)
+
+#: ``RedisResolver.shorthand_prefixes``, known without importing redis-py
+#: (``tests/loaders/test_redis_resolver.py`` checks they agree).
+REDIS_SHORTHAND_PREFIXES: Final = (
+    "warc-index+redis://",
+    "warc-index+rediss://",
+    "redis://",
+    "rediss://",
+)
+
+#: ``S3Resolver.shorthand_prefixes``, known without importing the S3 storage
+#: (``tests/loaders/test_s3_resolver.py`` checks they agree).
+S3_SHORTHAND_PREFIXES: Final = ("s3://", "s3+http://", "s3+https://")
 
 
 def resolver_kind_for_shorthand(text: str) -> ResolverKind:
@@ -501,9 +521,9 @@ def resolver_kind_for_shorthand(text: str) -> ResolverKind:
     >>> resolver_kind_for_shorthand("https://example.org/warcs/")
     'prefix'
     """
-    if text.startswith(RedisResolver.shorthand_prefixes):
+    if text.startswith(REDIS_SHORTHAND_PREFIXES):
         return "redis_index"
-    if text.startswith(S3Resolver.shorthand_prefixes):
+    if text.startswith(S3_SHORTHAND_PREFIXES):
         return "s3"
     if text.startswith(_INDEX_MARK):
         return "path_index"

@@ -54,10 +54,9 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 from urllib.parse import urlsplit
 
-import aiohttp
 from warcio.timeutils import iso_date_to_timestamp, timestamp_to_iso_date
 
 from gateway.cdxj import CdxRecord, canonical_urlkey
@@ -80,6 +79,9 @@ from gateway.loaders.resolvers import (
 )
 from gateway.loaders.warc_headers import block_bytes
 from gateway.loaders.warc_reader import OpenedRecord, open_record
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["EMPTY_DIGEST", "WarcLoader", "WarcLoaderConfig", "is_self_redirect"]
 

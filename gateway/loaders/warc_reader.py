@@ -38,10 +38,8 @@ import errno
 import os
 import zlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
-import aiohttp
-import yarl
 from warcio.limitreader import LimitReader
 
 from gateway.errors import ArchiveFileNotFound, ArchiveUnavailable, LoadError, RecordFormatError
@@ -62,6 +60,9 @@ from gateway.storage.errors import (
     StorageError,
 )
 from gateway.storage.integrity import INFLATE_ERRORS, ZLIB
+
+if TYPE_CHECKING:  # aiohttp is imported by the time a session exists
+    import aiohttp
 
 __all__ = [
     "Location",
@@ -168,9 +169,11 @@ class _HttpRaw:
             size = min(size, self._left)
             if size <= 0:
                 return b""
+        from aiohttp import ClientError  # loaded: this response came from a session
+
         try:
             data = await response.content.read(size)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (ClientError, TimeoutError) as exc:
             raise LoadError(
                 f"{self.location}: reading the record failed: {exc or type(exc).__name__}",
                 {self.location: str(exc) or type(exc).__name__},
@@ -290,11 +293,14 @@ def _open_local(location: str, offset: int, length: int | None) -> _RawSource:
 async def _open_http(
     session: aiohttp.ClientSession, location: str, offset: int, length: int | None
 ) -> _RawSource:
+    from aiohttp import ClientError  # loaded: the session exists
+    from yarl import URL
+
     last = f"{offset + length - 1}" if length is not None else ""
     headers = {"Range": f"bytes={offset}-{last}", "Accept-Encoding": "identity"}
     try:
-        response = await session.get(yarl.URL(location, encoded=True), headers=headers)
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        response = await session.get(URL(location, encoded=True), headers=headers)
+    except (ClientError, TimeoutError, ValueError) as exc:
         reason = str(exc) or type(exc).__name__
         raise LoadError(f"{location}: request failed: {reason}", {location: reason}) from exc
     status = response.status

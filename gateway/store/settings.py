@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, get_args
 
-from gateway.redis_keys import redact, server_and_key
 from gateway.storage.settings import RetentionPolicy, SettingError, StorageSpec, check_retention
 from gateway.store.layout import DEFAULT_ROOT
 
@@ -56,6 +55,14 @@ FSYNC_POLICIES: Final[tuple[FsyncPolicy, ...]] = get_args(FsyncPolicy)
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
+def _split(url: str, *, form: str = "") -> tuple[str, str]:
+    """``(server URL, key)`` of a sorted set's URL; :class:`ValueError` when it is not one.
+    (:mod:`gateway.redis_keys` imports redis-py: only a config with ``publish`` pays.)"""
+    from gateway.redis_keys import server_and_key
+
+    return server_and_key(url, "", what="sorted-set", form=form)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PublishSettings:
     """``store.publish``: where a fleet of gateways finds the store's captures (issue 13 §5).
@@ -76,23 +83,25 @@ class PublishSettings:
 
     def __post_init__(self) -> None:
         try:
-            server_and_key(self.redis, "", what="sorted-set", form="redis://host:port/db/key")
+            _split(self.redis, form="redis://host:port/db/key")
         except ValueError as exc:
             raise SettingError("redis", str(exc)) from exc
 
     @property
     def server_url(self) -> str:
         """``redis://host:port/db`` (what :meth:`SharedClients.redis` pools by)."""
-        return server_and_key(self.redis, "", what="sorted-set", form="")[0]
+        return _split(self.redis)[0]
 
     @property
     def key(self) -> str:
         """The sorted set's key."""
-        return server_and_key(self.redis, "", what="sorted-set", form="")[1]
+        return _split(self.redis)[1]
 
     @property
     def target(self) -> str:
         """The sorted set named for logs and the ``publications`` table, password masked."""
+        from gateway.redis_keys import redact
+
         return f"{redact(self.server_url)}/{self.key}"
 
 

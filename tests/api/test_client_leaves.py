@@ -96,7 +96,7 @@ async def test_leaving_before_the_answer_starts_is_not_an_error(
 @pytest.mark.parametrize(
     "request_line",
     [
-        "GET /big/index?url=m\u00fcnchen.de/ HTTP/1.1".encode(),  # raw UTF-8: llhttp refuses it
+        b"GET /big/index?url=a b HTTP/1.1",  # a space in the target
         b"GET /big/index?url=" + b"a" * 9000 + b" HTTP/1.1",  # past aiohttp's 8190 bytes
     ],
 )

@@ -18,6 +18,7 @@ from gateway.config import parse_config
 from gateway.errors import ArchiveFileNotFound
 from gateway.loaders.redis_resolver import RedisResolver, RedisResolverConfig
 from gateway.loaders.resolvers import (
+    REDIS_SHORTHAND_PREFIXES,
     RESOLVER_TYPES,
     Resolver,
     build_resolver,
@@ -47,6 +48,8 @@ def test_shorthands_select_the_redis_resolver() -> None:
     ):
         assert resolver_kind_for_shorthand(text) == "redis_index", text
     assert RESOLVER_TYPES["redis_index"] is RedisResolver
+    # resolver_kind_for_shorthand knows them without importing redis-py.
+    assert RedisResolver.shorthand_prefixes == REDIS_SHORTHAND_PREFIXES
     config = resolver_config_from_shorthand("warc-index+redis://127.0.0.1:6379/3/a:*")
     assert config == RedisResolverConfig(url="redis://127.0.0.1:6379/3", key="a:*")
     assert resolver_kind_for_shorthand("warc-index+file:///x/paths.txt") == "path_index"

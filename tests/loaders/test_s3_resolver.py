@@ -10,7 +10,11 @@ from gateway.cdxj import CdxRecord
 from gateway.clients import SharedClients
 from gateway.config import parse_config
 from gateway.errors import ConfigError, LoadError, UnsafeFilename
-from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_config_from_shorthand
+from gateway.loaders.resolvers import (
+    RESOLVER_TYPES,
+    S3_SHORTHAND_PREFIXES,
+    resolver_config_from_shorthand,
+)
 from gateway.loaders.s3_resolver import S3Resolver, S3ResolverConfig
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from tests.conftest import free_port
@@ -26,6 +30,8 @@ CAPTURE = CdxRecord.parse(
 
 def test_shorthands() -> None:
     assert RESOLVER_TYPES["s3"] is S3Resolver
+    # resolver_kind_for_shorthand knows them without importing the S3 storage.
+    assert S3Resolver.shorthand_prefixes == S3_SHORTHAND_PREFIXES
     aws = resolver_config_from_shorthand("s3://warcs/gateway")
     assert aws == S3ResolverConfig(bucket="warcs", prefix="gateway/")
     local = resolver_config_from_shorthand("s3+http://127.0.0.1:8333/warcs/a/b/")

@@ -79,7 +79,7 @@ from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceError, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.query import MATCH_TYPES, CaptureQuery
-from gateway.sources import SOURCE_TYPES
+from gateway.sources import SOURCE_SHORTHANDS, SOURCE_TYPES
 from gateway.sources.base import IndexSource
 from gateway.sources.cdx_api import CdxApiConfig, CdxApiSource
 from gateway.sources.cdxj_file import CdxjFileSource, FileSourceConfig
@@ -505,6 +505,15 @@ def test_every_source_type_has_a_contract_parameter() -> None:
     assert not unknown, f"CONTRACT_KINDS names types not in SOURCE_TYPES: {unknown}"
     for kind_id, kind in CONTRACT_KINDS.items():
         assert set(kind.cannot) <= set(CHECKS), kind_id
+
+
+def test_shorthand_table_agrees_with_each_source_class() -> None:
+    # config.py reads SOURCE_SHORTHANDS so that it need not import every type.
+    assert list(SOURCE_SHORTHANDS) == list(SOURCE_TYPES)
+    for name, shorthand in SOURCE_SHORTHANDS.items():
+        factory = SOURCE_TYPES[name]
+        assert shorthand.prefixes == factory.shorthand_prefixes, name
+        assert shorthand.suffixes == getattr(factory, "shorthand_suffixes", ()), name
 
 
 async def test_answers_hold_the_same_captures_as_a_linear_scan(
