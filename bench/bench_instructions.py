@@ -2,6 +2,7 @@
 
     python -m bench.bench_instructions [--requests 1000] [--connections 16] [--only ROW...]
                                        [--servers gateway pywb floor] [--access-log]
+                                       [--keep DIR]
 
 The wall-clock benchmarks (``bench_gateway.py``) vary by 20-35% from run to
 run on a shared VM. This one counts what does not vary: each server runs
@@ -17,7 +18,9 @@ loop replaying the gateway's answers). Rows: ``bench_gateway``'s, plus the
 50-lookup mix against a group of three local files and against a group of
 a local file and a remote CDX server (``bench_groups``). Printed: thousands
 of instructions per request for each server, pywb / gateway and gateway /
-floor.
+floor. ``--keep DIR`` copies each row's callgrind dump to
+``DIR/{server}.{row}.out`` for ``callgrind_annotate`` (its C functions:
+the interpreter, aiohttp's and multidict's extensions, uvloop, ISA-L).
 
 What the counts leave out: time in the kernel (socket reads and writes,
 ``pread``), cache misses and SIMD width (one AVX instruction of ISA-L's
@@ -109,9 +112,17 @@ async def _load(port: int, paths: Sequence[str], requests: int, connections: int
 
 
 def _instructions_per_request(
-    server: Server, row: Row, out_dir: Path, requests: int, connections: int
+    server: Server,
+    row: Row,
+    out_dir: Path,
+    requests: int,
+    connections: int,
+    keep: Path | None = None,
 ) -> float:
-    """Thousands of instructions ``server`` executes per request of ``row``."""
+    """Thousands of instructions ``server`` executes per request of ``row``.
+
+    With ``keep``, the row's dump is copied there as ``{server}.{row}.out``.
+    """
     pid = str(server.proc.pid)
     asyncio.run(_load(server.port, row.paths, _WARMUP_REQUESTS, connections))
     subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
@@ -123,6 +134,11 @@ def _instructions_per_request(
         new = set(out_dir.glob(f"{server.name}.{pid}.out.*")) - before
         totals = [_TOTALS.search(path.read_bytes()) for path in new]
         if totals and all(totals):
+            if keep is not None:
+                for index, path in enumerate(sorted(new)):
+                    suffix = f".{index}" if index else ""
+                    slug = re.sub(r"[^A-Za-z0-9]+", "-", row.name).strip("-")
+                    shutil.copyfile(path, keep / f"{server.name}.{slug}.out{suffix}")
             return sum(int(m.group(1)) for m in totals if m) / requests / 1000
         time.sleep(0.2)
     raise RuntimeError(f"callgrind wrote no dump for {server.name} {row.name}")
@@ -135,6 +151,7 @@ def _measure(
     out_dir: Path,
     requests: int,
     connections: int,
+    keep: Path | None,
 ) -> dict[str, float]:
     prefix = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/{name}.%p.out"]
     server = start(prefix)
@@ -142,7 +159,9 @@ def _measure(
         found = {}
         for row in workload:
             check_answers([server], row)
-            found[row.name] = _instructions_per_request(server, row, out_dir, requests, connections)
+            found[row.name] = _instructions_per_request(
+                server, row, out_dir, requests, connections, keep
+            )
             print(f"# {name}: {row.name}: {found[row.name]:,.1f}k instructions/request", flush=True)
         return found
     finally:
@@ -196,7 +215,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=list(SERVERS),
         help="measure only these servers (the others' columns print '-')",
     )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="copy each row's callgrind dump to DIR (for callgrind_annotate)",
+    )
     args = parser.parse_args(argv)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             print(f"{tool} is not installed: apt-get install valgrind", file=sys.stderr)
@@ -234,7 +261,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             starters = {"gateway": gateway, "pywb": pywb, "floor": floor}
             found = {
                 name: _measure(
-                    starters[name], name, workload, out_dir, args.requests, args.connections
+                    starters[name],
+                    name,
+                    workload,
+                    out_dir,
+                    args.requests,
+                    args.connections,
+                    args.keep,
                 )
                 for name in SERVERS
                 if name in args.servers

@@ -215,13 +215,15 @@ class IndexGroup:
         self.members = list(members)
         self.timeout_s = timeout_s
         self.breakers = {member.name: Breaker() for member in self.members}
+        self._everyone = list(enumerate(self.members))
 
     def select(self, query: CaptureQuery) -> list[tuple[int, IndexSource]]:
-        """Members chosen by ``sources=`` (``a,b`` or ``!a``), with config positions.
+        """Members chosen by ``sources=`` (``a,b`` or ``!a``), with config positions
+        (a list the caller does not change).
 
         Raises :class:`BadRequest` for a name that is not a member.
         """
-        indexed = list(enumerate(self.members))
+        indexed = self._everyone
         if not query.sources:
             return indexed
         names = {member.name for member in self.members}
@@ -357,11 +359,10 @@ class IndexGroup:
                     taken.append(record)
                 else:
                     breaker.record_success()
+                    rest = iter(taken)
+                    first = next(rest, None)
                     return Lookup(
-                        cdxops.RecordList(taken[1:]),
-                        first=taken[0] if taken else None,
-                        outcomes={member.name: "ok"},
-                        streamed_from=member.name,
+                        cdxops.RecordList(rest), {}, False, first, {member.name: "ok"}, member.name
                     )
             except SourceError as exc:
                 if not taken:
@@ -510,6 +511,8 @@ class Collection:
         for step in self.steps:
             deadlines.append(step.index.deadline())
             answer = await step.index.lookup(query, deadline=deadlines[-1])
+            if answer.first is not None and not outcomes and not errors:
+                return step, answer  # the first step answered: its own errors and outcomes
             errors.update(answer.errors)
             outcomes.update(answer.outcomes)
             if answer.first is not None:

@@ -175,23 +175,52 @@ def process_scan(
 
     Yields the answer's records in order and passes on the scan's ``None``
     checkpoints (the caller gives the event loop a turn there). Closes
-    ``scan`` when it ends, fails or is closed.
+    ``scan`` when it ends, fails or is closed. A query that keeps every
+    record in input order (no filter, time range, closest, reverse, revisit
+    resolution or collapsing) only tags and counts them.
     """
+    if (
+        query.sort == "ascending"
+        and not query.filters
+        and not query.from_ts
+        and not query.to_ts
+        and not query.resolve_revisits
+        and query.collapse_time is None
+    ):
+        return _passed(scan, query.limit, tag, None)
     selection = _Selection(query, tag)
-    count, seen = selection.count, 0
-    take = selection.take
+    return _passed(scan, selection.count, None, selection)
+
+
+def _passed(
+    scan: Generator[CdxRecord | None, None, None],
+    count: int,
+    tag: str | None,
+    selection: _Selection | None,
+) -> Generator[CdxRecord | None, None, None]:
+    """Up to ``count`` records: those ``selection`` passes on at once (it tags
+    them), then what it kept; without one, every record, tagged with ``tag``.
+    The scan's checkpoints are passed on. Closes ``scan``."""
+    take = selection.take if selection is not None else None
+    seen = 0
     try:
         if count <= 0:
             return
         for record in scan:
             if record is None:
                 yield None
-            elif take(record):
-                yield record
-                seen += 1
-                if seen >= count:
-                    return
-        yield from selection.kept()
+                continue
+            if take is None:
+                if tag is not None:
+                    record.tag(tag)
+            elif not take(record):
+                continue
+            yield record
+            seen += 1
+            if seen >= count:
+                return
+        if selection is not None:
+            yield from selection.kept()
     finally:
         scan.close()
 

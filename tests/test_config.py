@@ -10,6 +10,7 @@ import pytest
 
 from gateway.config import load_config, parse_config
 from gateway.errors import ConfigError
+from gateway.sources.cdxj_file import FileSourceConfig
 
 
 def test_every_local_form_parses(sample_dir: Path, tmp_path: Path) -> None:
@@ -24,7 +25,7 @@ collections:
     resource: {sample_dir}/warcs/
   url: file://{sample_dir}/cdxj/iana.cdxj
   typed:
-    index: {{type: file, path: {sample_dir}/cdx/iana.cdx}}
+    index: {{type: file, path: {sample_dir}/cdx/iana.cdx, stat_interval_s: 0}}
     resource:
       - file://{sample_dir}/warcs/
       - warc-prefix+{sample_dir}/warcs/
@@ -51,7 +52,11 @@ collections:
     seq = config.collections["seq"]
     assert seq.is_sequence
     assert [step.name for step in seq.steps] == ["first", "step2"]
-    assert [r.type for r in config.collections["typed"].steps[0].resolvers] == [
+    typed = config.collections["typed"].steps[0]
+    assert typed.members[0][1].config == FileSourceConfig(
+        path=f"{sample_dir}/cdx/iana.cdx", stat_interval_s=0.0
+    )
+    assert [r.type for r in typed.resolvers] == [
         "prefix",
         "prefix",
         "path_index",
@@ -84,6 +89,16 @@ collections:
             "collections:\n  web:\n    index: {type: file, path: 3}",
             "collections.web.index.path",
             "expected a string",
+        ),
+        (
+            "collections:\n  web:\n    index: {type: file, path: a.cdxj, stat_interval_s: soon}",
+            "collections.web.index.stat_interval_s",
+            "expected a number",
+        ),
+        (
+            "collections:\n  web:\n    index: {type: file, path: a.cdxj, stat_interval_s: -1}",
+            "collections.web.index",
+            "stat_interval_s -1.0: expected 0 to 3600 seconds",
         ),
         (
             "collections:\n  web:\n    sequence:\n      - index: a.cdxj\n      - idx: b",

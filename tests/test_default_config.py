@@ -54,10 +54,15 @@ async def test_gateway_index_and_copy_is_all_a_user_needs(
     assert result.returncode == 0, result.stderr
     shutil.copy(sample_dir / "warcs" / "iana.warc.gz", tmp_path / "archive" / "warcs")
 
-    # The directory source notices the new index file without a restart.
-    index = await client.get("/web/index", params={"url": "iana.org"})
-    assert index.status == 200
-    lines = (await index.text()).splitlines()
+    # The directory source notices the new index file without a restart,
+    # within its stat_interval_s (1 s by default; 10 s is "did not hang").
+    for _ in range(50):
+        index = await client.get("/web/index", params={"url": "iana.org"})
+        assert index.status == 200
+        lines = (await index.text()).splitlines()
+        if lines:
+            break
+        await asyncio.sleep(0.2)
     assert len(lines) == 1
     assert '"source": "web:iana.cdxj"' in lines[0]
     resource = await client.get("/web/resource", params={"url": "iana.org"})

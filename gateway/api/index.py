@@ -76,14 +76,15 @@ def line_renderer(query: CaptureQuery) -> tuple[Callable[[CdxRecord], str], str,
     ``\\n`` themselves.
     """
     fields = query.fields
-    if query.output == "link":
-        return _memento_line, ",\n", "\n"
-    if query.output == "json":
-        return (lambda record: record.to_json(fields)), "", ""
-    if query.output == "text":
-        return (lambda record: record.to_text(fields)), "", ""
-    if fields is None:
+    output = query.output
+    if output == "cdxj" and fields is None:  # the usual answer, first
         return CdxRecord.to_cdxj, "", ""
+    if output == "link":
+        return _memento_line, ",\n", "\n"
+    if output == "json":
+        return (lambda record: record.to_json(fields)), "", ""
+    if output == "text":
+        return (lambda record: record.to_text(fields)), "", ""
     return (lambda record: record.to_cdxj(fields)), "", ""
 
 

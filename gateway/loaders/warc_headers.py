@@ -47,6 +47,8 @@ __all__ = [
 
 WARC_START = re.compile(rb"\s*WARC/")
 #: What an ARC header line's URL field must look like (a scheme, no controls).
+#: ASCII control bytes (not printable: ``str.isprintable`` is False for each).
+_CONTROL_BYTES: Final = bytes(range(0x20)) + b"\x7f"
 ARC_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\x00-\x20\x7f]*\Z")
 #: Exceptions warcio raises on bytes that are not a record (it parses untrusted
 #: input; a response record without WARC-Target-URI gives an AttributeError).
@@ -198,16 +200,13 @@ class _FastHeadersParser(StatusAndHeadersParser):  # type: ignore[misc]
         if not isinstance(protocol_status, (list, tuple)):
             return None
         block = buf[first:end]
-        if not block.isascii():
+        # Printable ASCII but for CRLF pairs: every control byte is one of a pair.
+        if not block.isascii() or len(block) - len(
+            block.translate(None, _CONTROL_BYTES)
+        ) != 2 * block.count(b"\r\n"):
             return None
         text = block.decode("ascii")
-        if (
-            " \r\n" in text
-            or "\r\n " in text
-            or text.startswith(" ")
-            or not text.replace("\r\n", "").isprintable()
-            or text.count("\n") != text.count("\r\n")
-        ):
+        if " \r\n" in text or "\r\n " in text or text.startswith(" "):
             return None
         headers = []
         for line in text.split("\r\n")[:-2]:

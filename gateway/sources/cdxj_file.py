@@ -76,6 +76,8 @@ INDEX_SUFFIXES: Final = (".cdx", ".cdxj")
 #: A directory modified this recently may change again within the same mtime
 #: tick (coarse filesystem clocks, FAT's 2 s): its listing is not trusted.
 _RACY_NS: Final = 2_000_000_000
+#: Default of ``stat_interval_s``: a changed index file or directory is seen within 1 s.
+STAT_INTERVAL_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,22 +86,31 @@ class FileSourceConfig:
 
     ``path`` is a filesystem path, relative to the current directory when not
     absolute (pywb semantics); it is resolved when the source is built.
+    ``stat_interval_s``: how often (seconds) a lookup checks with ``os.stat``
+    whether the file, or the directory's listing and files, changed; a
+    replaced, appended, added or removed index file is seen within that
+    time. 0 checks on every lookup (one or two system calls each).
     """
 
     path: str
+    stat_interval_s: float = STAT_INTERVAL_S
 
     def __post_init__(self) -> None:
         if not self.path:
             raise ValueError("empty index path; expected a CDXJ/CDX file or directory path")
+        if not 0 <= self.stat_interval_s <= 3600:
+            raise ValueError(
+                f"stat_interval_s {self.stat_interval_s!r}: expected 0 to 3600 seconds"
+            )
 
     @classmethod
     def from_shorthand(cls, text: str) -> Self:
         """Parse a path or a ``file://`` URL (pywb ``FileIndexSource.init_from_string``).
 
         >>> FileSourceConfig.from_shorthand("file:///srv/indexes/iana.cdxj")
-        FileSourceConfig(path='/srv/indexes/iana.cdxj')
+        FileSourceConfig(path='/srv/indexes/iana.cdxj', stat_interval_s=1.0)
         >>> FileSourceConfig.from_shorthand("indexes/")
-        FileSourceConfig(path='indexes/')
+        FileSourceConfig(path='indexes/', stat_interval_s=1.0)
 
         ``file://`` URLs must be absolute (``file:///abs/path`` or
         ``file://localhost/abs/path``) and are percent-decoded; plain paths are
@@ -132,16 +143,17 @@ class CdxjFileSource:
     Raises :class:`SourceUnavailable` when the file is missing or unreadable
     at lookup time, :class:`SourceBadAnswer` (naming file and byte offset)
     when a line in the range does not parse. The file is reopened when it is
-    replaced or modified (inode, mtime, size; one ``os.stat`` per lookup).
+    replaced or modified (inode, mtime, size), seen by one ``os.stat`` at most
+    every ``stat_interval_s`` seconds (on every lookup when 0).
     """
 
     config_type: ClassVar[type[SourceConfig]] = FileSourceConfig
     shorthand_prefixes: ClassVar[tuple[str, ...]] = ("file://",)
 
-    def __init__(self, path: str, *, name: str) -> None:
+    def __init__(self, path: str, *, name: str, stat_interval_s: float = STAT_INTERVAL_S) -> None:
         self.name = name
         self.path = os.path.abspath(path)
-        self._file = IndexFile(self.path, source=name)
+        self._file = IndexFile(self.path, source=name, stat_interval_s=stat_interval_s)
 
     @classmethod
     def from_config(cls, config: SourceConfig, *, name: str, clients: SharedClients) -> IndexSource:
@@ -155,10 +167,11 @@ class CdxjFileSource:
         if not isinstance(config, FileSourceConfig):
             raise TypeError(f"expected FileSourceConfig, got {type(config).__name__}")
         path = os.path.abspath(config.path)
+        interval_s = config.stat_interval_s
         if os.path.isdir(path):
-            return CdxjDirectorySource(path, name=name)
+            return CdxjDirectorySource(path, name=name, stat_interval_s=interval_s)
         if os.path.isfile(path):
-            return cls(path, name=name)
+            return cls(path, name=name, stat_interval_s=interval_s)
         if os.path.lexists(path):
             raise ValueError(f"index path {path} is neither a regular file nor a directory")
         if config.path.endswith(("/", os.sep)):
@@ -168,7 +181,7 @@ class CdxjFileSource:
                 raise ValueError(
                     f"cannot create index directory {path}: {exc.strerror or exc}"
                 ) from exc
-            return CdxjDirectorySource(path, name=name)
+            return CdxjDirectorySource(path, name=name, stat_interval_s=interval_s)
         raise ValueError(
             f"index path {path} does not exist; expected a CDXJ/CDX file or a "
             f"directory (end the path with '/' to have an empty directory created)"
@@ -216,17 +229,22 @@ class CdxjDirectorySource:
     timestamp), ties broken by file name order, and sets ``source``
     to the file name (``iana.cdxj``); the aggregator prefixes the member name.
 
-    The listing is re-read only when the directory's mtime changes (one
-    ``os.stat`` per lookup). Raises :class:`SourceUnavailable` when the
-    directory or one of its files cannot be read, :class:`SourceBadAnswer` for
-    an unparseable line; a file removed since the listing is skipped.
+    The listing is re-read only when the directory's mtime changes, checked
+    with one ``os.stat`` at most every ``stat_interval_s`` seconds (on every
+    lookup when 0), as each file is (:class:`CdxjFileSource`). Raises
+    :class:`SourceUnavailable` when the directory or one of its files cannot
+    be read, :class:`SourceBadAnswer` for an unparseable line; a file removed
+    since the listing is skipped.
     """
 
-    def __init__(self, path: str, *, name: str) -> None:
+    def __init__(self, path: str, *, name: str, stat_interval_s: float = STAT_INTERVAL_S) -> None:
         self.name = name
         self.path = os.path.abspath(path)
+        self.stat_interval_s = stat_interval_s
         self._members: dict[str, IndexFile] = {}
+        self._member_list: list[tuple[str, IndexFile]] = []
         self._listing: tuple[int, int, int] | None = None
+        self._listed_until = 0.0
         self._racy = True
         self._closed = False
 
@@ -283,11 +301,17 @@ class CdxjDirectorySource:
         for member in self._members.values():
             member.close()
         self._members = {}
+        self._member_list = []
 
     def __repr__(self) -> str:
         return f"CdxjDirectorySource({self.path!r}, name={self.name!r})"
 
     def _current_members(self) -> list[tuple[str, IndexFile]]:
+        """The directory's index files by name, listed again when it changed
+        (checked at most every ``stat_interval_s``); the list is not to be changed."""
+        interval_s = self.stat_interval_s
+        if interval_s and self._listing is not None and time.monotonic() < self._listed_until:
+            return self._member_list
         st = os.stat(self.path)
         if not stat.S_ISDIR(st.st_mode):
             raise NotADirectoryError(20, "not a directory")
@@ -298,13 +322,18 @@ class CdxjDirectorySource:
             for file_name in _list_index_files(self.path):
                 member = previous.pop(file_name, None)
                 if member is None:
-                    member = IndexFile(os.path.join(self.path, file_name), self.name)
+                    member = IndexFile(
+                        os.path.join(self.path, file_name), self.name, self.stat_interval_s
+                    )
                 self._members[file_name] = member
             for gone in previous.values():
                 gone.close()
+            self._member_list = list(self._members.items())
             self._listing = listing
             self._racy = time.time_ns() - st.st_mtime_ns < _RACY_NS
-        return list(self._members.items())
+        if interval_s:
+            self._listed_until = time.monotonic() + interval_s
+        return self._member_list
 
 
 # ---------------------------------------------------------------- describing

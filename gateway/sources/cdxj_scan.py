@@ -20,7 +20,8 @@ their name) are decompressed from the start by every lookup, which stops at
 the first line past the range.
 
 :class:`IndexFile` keeps one :class:`Handle` (an open version) per path and
-reopens the file when its identity (device, inode, mtime, size) changes; a
+reopens the file when its identity (device, inode, mtime, size) changes, read
+with ``os.stat`` at most once per ``stat_interval_s`` (every lookup when 0); a
 retired handle is closed when its last lookup releases it.
 """
 
@@ -30,6 +31,7 @@ import heapq
 import logging
 import os
 import stat
+import time
 import zlib
 from collections.abc import Generator, Iterator
 from typing import Final
@@ -105,23 +107,46 @@ class Handle:
 
 
 class IndexFile:
-    """Keeps the current :class:`Handle` of one path, reopening it when the file changes."""
+    """Keeps the current :class:`Handle` of one path, reopening it when the file changes.
 
-    __slots__ = ("_closed", "_handle", "path", "source")
+    The file's identity is read (``os.stat``) by the first lookup after
+    ``stat_interval_s`` seconds (``time.monotonic``) since the last read;
+    lookups in between use the handle as it is, so a file replaced or
+    appended to is seen within ``stat_interval_s`` (at once with 0). A
+    failed ``stat`` (the file is gone) is not remembered: every lookup tries
+    again until it succeeds.
+    """
 
-    def __init__(self, path: str, source: str) -> None:
+    __slots__ = ("_checked_until", "_closed", "_handle", "path", "source", "stat_interval_s")
+
+    def __init__(self, path: str, source: str, stat_interval_s: float = 0.0) -> None:
         self.path = path
         self.source = source
+        self.stat_interval_s = stat_interval_s
         self._handle: Handle | None = None
         self._closed = False
+        self._checked_until = 0.0
 
     def acquire(self) -> Handle:
-        """The handle for the file as it is now; pair with ``release()``.
+        """The handle for the file as it is now (or as it was at most
+        ``stat_interval_s`` ago); pair with ``release()``.
 
         Raises OSError from the filesystem, SourceUnavailable after close().
         """
+        handle = self._handle
+        if handle is not None and self.stat_interval_s and time.monotonic() < self._checked_until:
+            handle.users += 1
+            return handle
         if self._closed:
             raise SourceUnavailable(self.source, f"index file {self.path} was closed")
+        handle = self._current()
+        if self.stat_interval_s:
+            self._checked_until = time.monotonic() + self.stat_interval_s
+        handle.users += 1
+        return handle
+
+    def _current(self) -> Handle:
+        """The handle of the file as ``os.stat`` finds it now (opened anew if it changed)."""
         st = os.stat(self.path)
         identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
         handle = self._handle
@@ -139,7 +164,6 @@ class IndexFile:
             if handle is not None:
                 handle.retire()
             handle = self._handle = Handle(self.path, fd, identity, magic == GZIP_MAGIC)
-        handle.users += 1
         return handle
 
     def close(self) -> None:
@@ -278,11 +302,12 @@ def _plain_chunks(handle: Handle, key: bytes, prefix: bytes) -> Generator[_Chunk
     line_start = pos == 0  # buf starts at the start of a line
     batch = 2
     while pos < size:
-        data = os.pread(fd, min(length, size - pos), pos)
+        # (Conditional expressions: min() parses its arguments as keywords, ~1k instructions.)
+        data = os.pread(fd, length if length < size - pos else size - pos, pos)
         if not data:
             break  # truncated since it was opened; the next lookup reopens it
         pos += len(data)
-        length = min(2 * length, MAX_READ_BYTES)
+        length = 2 * length if length < MAX_READ_BYTES // 2 else MAX_READ_BYTES
         if cursor:
             buf_start += cursor
             buf = buf[cursor:]

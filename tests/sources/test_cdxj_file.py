@@ -25,8 +25,9 @@ from gateway.sources.cdxj_file import CdxjDirectorySource, CdxjFileSource, FileS
 from tests.sources.conftest import BIG_HOSTS, collect, linear_scan, read_lines, signature
 
 
-def build(path: Path | str, name: str = "idx") -> IndexSource:
-    config = FileSourceConfig(path=str(path))
+def build(path: Path | str, name: str = "idx", stat_interval_s: float = 0.0) -> IndexSource:
+    """A file or directory source that checks for changes on every lookup (unless told)."""
+    config = FileSourceConfig(path=str(path), stat_interval_s=stat_interval_s)
     return CdxjFileSource.from_config(config, name=name, clients=SharedClients())
 
 
@@ -350,6 +351,52 @@ async def test_a_replaced_or_appended_file_is_reread(sample_dir: Path, tmp_path:
         fh.write(b"\n".join(lines[20:30]) + b"\n")
     assert len(await collect(source, everything)) == 30
     await source.aclose()
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+async def test_changes_are_seen_within_the_stat_interval(
+    sample_dir: Path, tmp_path: Path, kind: str
+) -> None:
+    lines = read_lines(sample_dir / "cdxj/iana.cdxj")
+    directory = tmp_path / "idx"
+    directory.mkdir()
+    path = directory / "live.cdxj"
+    path.write_bytes(b"\n".join(lines[:10]) + b"\n")
+    target = path if kind == "file" else directory
+    everything = key_range_query("!", "~")
+    slow = build(target, stat_interval_s=3600)
+    quick = build(target, stat_interval_s=0.05)
+    every = build(target, stat_interval_s=0)
+    for source in (slow, quick, every):
+        assert len(await collect(source, everything)) == 10
+    new = tmp_path / "live.cdxj.tmp"
+    new.write_bytes(b"\n".join(lines[:20]) + b"\n")
+    new.replace(path)
+    (directory / "more.cdxj").write_bytes(b"\n".join(lines[20:25]) + b"\n")
+    changed = 20 if kind == "file" else 25
+    # With 0 the very next lookup sees the change; within the interval the
+    # version read last is served (no system call per lookup)...
+    assert len(await collect(every, everything)) == changed
+    assert len(await collect(slow, everything)) == 10
+    # ... and the first lookup after the interval sees the new one.
+    await asyncio.sleep(0.1)
+    assert len(await collect(quick, everything)) == changed
+    path.unlink()
+    assert len(await collect(slow, everything)) == 10  # the old version, still open
+    await asyncio.sleep(0.1)
+    for source in (quick, every):
+        if kind == "file":
+            with pytest.raises(SourceUnavailable, match="does not exist"):
+                await collect(source, everything)
+        else:
+            assert len(await collect(source, everything)) == 5
+    for source in (slow, quick, every):
+        await source.aclose()
+
+
+def test_a_bad_stat_interval_is_refused() -> None:
+    with pytest.raises(ValueError, match="stat_interval_s -1: expected 0 to 3600 seconds"):
+        FileSourceConfig(path="x.cdxj", stat_interval_s=-1)
 
 
 async def test_a_lookup_keeps_reading_the_version_it_started_with(
