@@ -12,6 +12,7 @@ from typing import Final
 from gateway.jobs.actors import ActorType
 from gateway.jobs.model import ObjectType
 from gateway.store.online_import import ImportActor
+from gateway.store.replication_jobs import DirectorActor, ReplicationWorker
 from gateway.store.scrub import ScrubActor
 
 __all__ = ["ACTOR_TYPES", "builtin_object_types", "object_types_of"]
@@ -19,6 +20,8 @@ __all__ = ["ACTOR_TYPES", "builtin_object_types", "object_types_of"]
 ACTOR_TYPES: Final[Mapping[str, type[ActorType]]] = {
     "import": ImportActor,
     "scrub": ScrubActor,
+    "replication_director": DirectorActor,
+    "replication_worker": ReplicationWorker,
 }
 
 

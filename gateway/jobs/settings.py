@@ -44,6 +44,13 @@ class JobsSettings:
     - ``scrub_max_tick_s``: one scrub tick verifies records for at most
       about this long, then records how far it got.
     - ``scrub_max_concurrent``: files verified at once per process.
+    - ``replicate_interval_s``: how often the replication director looks
+      for files with fewer safe copies than ``store.retention.copies`` (it
+      waits while the batches it made are still being copied).
+    - ``replicate_max_tick_s``: the tick limit (and lease) of a replication
+      worker: it starts copies of its batch for half of it and leaves the
+      rest to its next tick, so one copy (of the largest file, to the
+      slowest storage) must fit in the other half.
     """
 
     enabled: bool | None = None
@@ -54,9 +61,18 @@ class JobsSettings:
     scrub_interval_days: float = 30.0
     scrub_max_tick_s: float = 10.0
     scrub_max_concurrent: int = 1
+    replicate_interval_s: float = 60.0
+    replicate_max_tick_s: float = 3600.0
 
     def __post_init__(self) -> None:
-        for name in ("poll_s", "import_max_tick_s", "scrub_interval_days", "scrub_max_tick_s"):
+        for name in (
+            "poll_s",
+            "import_max_tick_s",
+            "scrub_interval_days",
+            "scrub_max_tick_s",
+            "replicate_interval_s",
+            "replicate_max_tick_s",
+        ):
             value = getattr(self, name)
             if not value > 0:
                 unit = "days" if name.endswith("_days") else "seconds"

@@ -2,7 +2,9 @@
 
 :class:`StoreRecordLoader` is the gateway's WARC loader
 (:mod:`gateway.loaders.warc`) with one resolver, :class:`StoreResolver`,
-mapping a CDX ``filename`` to the open store's ``warcs/`` directory. It
+mapping a CDX ``filename`` to the open store's ``warcs/`` directory, then
+to the file's copies on the store's storages (``store.storages``), which
+are read only when the primary fails. It
 accepts only captures of its ``$store`` member (``source-coll``), so each
 ``$store`` member loads its own captures; :mod:`gateway.sources.store`
 returns it from ``resource_loaders()``.
@@ -20,6 +22,7 @@ from gateway.errors import ArchiveFileNotFound
 from gateway.loaders.base import LoadContext, LoadedRecord
 from gateway.loaders.resolvers import check_filename
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
+from gateway.loaders.warc_reader import Location
 
 if TYPE_CHECKING:
     # The store (warcio, SQLite, the writer) is imported by the app that opens it.
@@ -45,20 +48,23 @@ class StoreResolverConfig:
 
 
 class StoreResolver:
-    """Resolver: a CDX ``filename`` -> ``<store root>/warcs/<filename>``."""
+    """Resolver: a CDX ``filename`` -> ``<store root>/warcs/<filename>``, then the
+    file's copies on the store's storages (tried only when that fails)."""
 
     def __init__(self, store: StoreGetter) -> None:
         self._store = store
 
-    async def locate(self, filename: str) -> list[str]:
-        """The one candidate path; raises UnsafeFilename or ArchiveFileNotFound (store closed)."""
+    async def locate(self, filename: str) -> list[Location]:
+        """The path at the primary, then a replica location per storage (issue 13 §4:
+        :mod:`gateway.store.replicas`); raises UnsafeFilename or ArchiveFileNotFound
+        (store closed)."""
         check_filename(filename)
         store = self._store()
         if store is None:
             raise ArchiveFileNotFound(
                 f"{filename}: the snapshot store is not open", {filename: "store not open"}
             )
-        return [str(store.warc_dir / filename)]
+        return [str(store.warc_dir / filename), *store.replica_locations(filename)]
 
     def describe(self) -> str:
         store = self._store()

@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal, Self
+from typing import TYPE_CHECKING, Final, Literal, Self
 
 from gateway.cdxj import CdxRecord
 from gateway.query import CaptureQuery
@@ -51,6 +51,9 @@ from gateway.store.settings import StoreSettings
 from gateway.store.verify import Progress
 from gateway.store.warcfile import FaultInjector
 from gateway.store.writer import StoreWriter, WriteStats
+
+if TYPE_CHECKING:
+    from gateway.store.replicas import ReplicaLocation, Replicas
 
 __all__ = ["Store", "StoreMode"]
 
@@ -82,6 +85,7 @@ class Store:
         self._db = db
         self.reader = StoreReader(layout.db_path)
         self._writer = writer
+        self._replicas: Replicas | None = None
         self._closed = False
 
     @property
@@ -168,6 +172,8 @@ class Store:
         try:
             if self._writer is not None:
                 await self._writer.close()
+            if self._replicas is not None:
+                await self._replicas.close()
         finally:
             self.reader.close()
             self._db.close()
@@ -194,6 +200,24 @@ class Store:
     def warc_dir(self) -> Path:
         """The directory CDX ``filename`` values are relative to (the WARC prefix)."""
         return self.layout.warcs
+
+    @property
+    def replicas(self) -> Replicas:
+        """The replication context: copy status, storages, reads from replicas
+        (:mod:`gateway.store.replicas`); made on first use, closed with the store."""
+        self._check_open()
+        if self._replicas is None:
+            from gateway.store.replicas import Replicas
+
+            self._replicas = Replicas(self.settings, self.layout)
+        return self._replicas
+
+    def replica_locations(self, filename: str) -> list[ReplicaLocation]:
+        """Where to read ``filename`` when its place at the primary fails: each
+        storage's copy, tried only then (none without ``store.storages``)."""
+        if not self.settings.storages:
+            return []
+        return self.replicas.locations(filename)
 
     # --------------------------------------------------------------- recording
     async def submit(self, capture: CaptureInput) -> asyncio.Future[CaptureAck]:
