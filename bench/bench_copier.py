@@ -1,9 +1,11 @@
-"""Benchmark: copier throughput (issue 13 §8), next to the floors, in one run.
+"""Benchmark: copier and replication throughput (issue 13 §8), next to the floors, in one run.
 
     python -m bench.bench_copier [--files 4] [--file-mib 64] [--repeat 3]
 
-``--files`` files of ``--file-mib`` MiB of random bytes in a source directory
-(read once first, so every row reads from the page cache), copied in turn by:
+``--files`` WARC files of ``--file-mib`` MiB (gzip members of 1 MiB random
+payloads: incompressible) in a source directory, also imported into a
+snapshot store (all read once first, so every row reads from the page
+cache), copied in turn by:
 
 - **cp**: ``cp`` of the files into a fresh directory (no fsync: the floor);
 - **cp + sync**: the same, then ``sync`` of the copied files (fsync each), as
@@ -18,7 +20,14 @@
 - **copier -> S3, 1 / 4 at once**: ``copy_file`` to an
   :class:`~gateway.storage.s3.S3Storage` on SeaweedFS (parts of 16 MiB, a
   SHA-256 per part, staging key, conditional copy to the name), one file at a
-  time and four at once.
+  time and four at once;
+- **replicate -> local / S3**: the whole replication of the store's files to
+  a new storage (``copies: 2``, ``parallel_copies: 4``): the director's
+  query, the worker's claims, the copier with every gzip member inflated at
+  the source, the copy status written, run as ``gateway store replicate``
+  runs it: the director's pass made as ``replication_batch`` objects, a
+  replication worker of the jobs machinery ticking them
+  (:func:`gateway.store.replication_jobs.work_pass`).
 
 SeaweedFS (``weed server -s3``) runs on the same 2 cores, on 127.0.0.1, with
 its data in a temporary directory on the same disk. The rows take turns in
@@ -32,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import io
 import os
 import shutil
 import statistics
@@ -51,6 +61,11 @@ from bench.harness import machine, print_machine
 from gateway.storage.copier import copy_file
 from gateway.storage.local import LocalStorage, LocalStorageConfig
 from gateway.storage.s3 import S3Storage, S3StorageConfig
+from gateway.storage.settings import RetentionPolicy, StorageSpec
+from gateway.store.replicas import Replicas
+from gateway.store.replication_jobs import BATCH, enqueue_pass, open_jobs, report_of, work_pass
+from gateway.store.settings import StoreSettings
+from gateway.store.store import Store
 from tests.storage.seaweedfs import REGION, SeaweedFS
 
 BUCKET: Final = "bench-copier"
@@ -72,12 +87,15 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS, work: Path) -> None:
     source_dir.mkdir()
     names = [f"bench-{i:02d}.warc.gz" for i in range(args.files)]
     for name in names:
-        with (source_dir / name).open("wb") as fh:
-            for _ in range(args.file_mib):
-                fh.write(os.urandom(MIB))
+        _write_warc(source_dir / name, args.file_mib)
+    store = await Store.open(StoreSettings(root=str(work / "store"), fsync="close"), mode="shared")
+    for name in names:
+        await store.add_warc(source_dir / name)
     digests = {name: _sha256(source_dir / name) for name in names}  # also warms the cache
-    size = args.file_mib * MIB
-    total = size * len(names)
+    for name in names:
+        assert _sha256(store.locate(name)[0]) == digests[name]
+    sizes = {name: (source_dir / name).stat().st_size for name in names}
+    total = sum(sizes.values())
     for key, value in s3.environ().items():
         os.environ[key] = value
     await s3.create_bucket(BUCKET)
@@ -106,7 +124,7 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS, work: Path) -> None:
 
     async def copier_local(parallel: int) -> None:
         dest = await LocalStorage.open("backup", LocalStorageConfig(path=str(fresh_dir())))
-        await _copy_all(source, dest, names, size, digests, parallel)
+        await _copy_all(source, dest, names, sizes, digests, parallel)
 
     async def single_puts() -> None:
         prefix = f"put-{uuid.uuid4().hex}/"
@@ -120,9 +138,39 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS, work: Path) -> None:
         )
         dest = await S3Storage.open("s3", config)
         try:
-            await _copy_all(source, dest, names, size, digests, parallel)
+            await _copy_all(source, dest, names, sizes, digests, parallel)
         finally:
             await dest.close()
+
+    async def replicate(spec: StorageSpec) -> None:
+        name = f"dest{uuid.uuid4().hex[:8]}"
+        settings = StoreSettings(
+            root=str(store.root),
+            fsync="close",
+            storages={name: spec},
+            retention=RetentionPolicy(copies=2, parallel_copies=4, batch_size=len(names)),
+        )
+        replicas = Replicas(settings, store.layout)
+        db, ctx = await open_jobs(store.layout.root, settings, None, [BATCH], "bench")
+        try:
+            report = report_of(await work_pass(ctx, await enqueue_pass(replicas, ctx)))
+        finally:
+            await db.close()
+            await replicas.close()
+        if not report.ok or report.outcomes != {"copied": len(names)}:
+            raise RuntimeError(f"replication did not copy every file: {report}")
+
+    async def replicate_local() -> None:
+        path = fresh_dir()
+        await replicate(
+            StorageSpec(type="local", config=LocalStorageConfig(path=str(path)), path="")
+        )
+
+    async def replicate_s3() -> None:
+        config = S3StorageConfig(
+            bucket=BUCKET, endpoint=s3.endpoint, prefix=f"replicate-{uuid.uuid4().hex}/"
+        )
+        await replicate(StorageSpec(type="s3", config=config, path=""))
 
     rows: dict[str, Callable[[], Awaitable[None]]] = {
         "cp": lambda: cp(False),
@@ -132,6 +180,8 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS, work: Path) -> None:
         "PUT, one per file (aiobotocore)": single_puts,
         "copier -> S3, 1 at a time": lambda: copier_s3(1),
         "copier -> S3, 4 at once": lambda: copier_s3(4),
+        "replicate -> local (director + workers, 4 at once)": replicate_local,
+        "replicate -> S3 (director + workers, 4 at once)": replicate_s3,
     }
     results: dict[str, list[float]] = {label: [] for label in rows}
     try:
@@ -144,8 +194,26 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS, work: Path) -> None:
             print(f"round {round_no + 1}/{args.repeat} done", file=sys.stderr)
     finally:
         await client_cm.__aexit__(None, None, None)
-    _report(results, args)
+        await store.close()
+    _report(results, args, total / len(names))
     print(_load_line())
+
+
+def _write_warc(path: Path, mib: int) -> None:
+    """A WARC file of ``mib`` resource records of 1 MiB of random bytes, a gzip member each."""
+    from warcio.warcwriter import WARCWriter
+
+    with path.open("wb") as fh:
+        writer = WARCWriter(fh, gzip=True)
+        for number in range(mib):
+            record = writer.create_warc_record(
+                f"http://bench.example/{path.name}/{number}",
+                "resource",
+                payload=io.BytesIO(os.urandom(MIB)),
+                length=MIB,
+                warc_content_type="application/octet-stream",
+            )
+            writer.write_record(record)
 
 
 def _remove_destinations(work: Path) -> None:
@@ -157,7 +225,7 @@ async def _copy_all(
     source: LocalStorage,
     dest: LocalStorage | S3Storage,
     names: list[str],
-    size: int,
+    sizes: dict[str, int],
     digests: dict[str, str],
     parallel: int,
 ) -> None:
@@ -165,7 +233,7 @@ async def _copy_all(
 
     async def one(name: str) -> None:
         async with slots:
-            done = await copy_file(source, dest, name, size=size, sha256=digests[name])
+            done = await copy_file(source, dest, name, size=sizes[name], sha256=digests[name])
             assert done.outcome == "copied", done
 
     await asyncio.gather(*(one(name) for name in names))
@@ -176,11 +244,16 @@ def _load_line() -> str:
     return "load average at the end: " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _report(results: dict[str, list[float]], args: argparse.Namespace) -> None:
-    floors = {"copier -> local": "cp + sync", "copier -> S3": "PUT, one per file (aiobotocore)"}
+def _report(results: dict[str, list[float]], args: argparse.Namespace, size: float) -> None:
+    floors = {
+        "copier -> local": "cp + sync",
+        "replicate -> local": "cp + sync",
+        "copier -> S3": "PUT, one per file (aiobotocore)",
+        "replicate -> S3": "PUT, one per file (aiobotocore)",
+    }
     print(
-        f"\n{args.files} files of {args.file_mib} MiB; MB/s, medians of {args.repeat} rounds "
-        "(min-max)\n"
+        f"\n{args.files} WARC files of {size / 1e6:.1f} MB; MB/s, medians of {args.repeat} "
+        "rounds (min-max)\n"
     )
     print("| row | MB/s | of its floor |")
     print("| --- | --: | --: |")
@@ -188,7 +261,7 @@ def _report(results: dict[str, list[float]], args: argparse.Namespace) -> None:
     for label, values in results.items():
         floor = next((f for prefix, f in floors.items() if label.startswith(prefix)), None)
         share = f"{medians[label] / medians[floor]:.0%} of {floor}" if floor else ""
-        if label.startswith("copier -> local"):
+        if label.startswith(("copier -> local", "replicate -> local")):
             share += f"; {medians[label] / medians['cp']:.0%} of cp"
         print(f"| {label} | {medians[label]:.0f} ({min(values):.0f}-{max(values):.0f}) | {share} |")
 

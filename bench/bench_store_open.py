@@ -103,7 +103,7 @@ def _sample_warc(workdir: Path) -> tuple[Path, list[tuple[object, ...]]]:
             )
 
     asyncio.run(write())
-    [path] = list((root / "warcs").iterdir())
+    [path] = [p for p in (root / "warcs").rglob("*") if p.is_file()]  # any layout
     db = sqlite3.connect(root / "index.sqlite3")
     rows = db.execute(
         "SELECT urlkey, timestamp, offset, length, rec_type, url, mime, status, digest,"

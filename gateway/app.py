@@ -197,6 +197,10 @@ def create_app(
 
             records = any(coll.records for coll in config.collections.values())
             shared.store = await Store.open(config.store, mode="write" if records else "shared")
+            if config.store.storages:
+                from gateway.store.replication_status import ReplicationCollector
+
+                register_collector(app, ReplicationCollector(shared.store.replicas))
             readiness.clear("store")
         readiness.clear("startup")
         try:

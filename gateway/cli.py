@@ -236,6 +236,11 @@ def _print_storages(config: GatewayConfig) -> None:
     print(f"store storages (retention: {store.retention.copies} copies, the primary included)")
     for name, spec in store.storages.items():
         print(f"  {name}: {STORAGE_TYPES[spec.type].describe_config(spec.config)}")
+    if store.publish is not None:
+        print(
+            f"store publish: safe files' captures to redis {store.publish.target}, "
+            f"read from storage {store.publish.storage}"
+        )
 
 
 def _index(args: argparse.Namespace) -> int:

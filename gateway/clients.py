@@ -1,7 +1,9 @@
 """Connections shared by every source and loader of one app.
 
 One ``aiohttp.ClientSession`` per app (per-host connection limit, descriptive
-User-Agent) and one Redis connection pool per server URL. Created in the
+User-Agent), one Redis connection pool per server URL, and one open S3
+storage (its aiobotocore client) per bucket and prefix read by S3 resolvers
+(:meth:`SharedClients.s3_storage`). Created in the
 app's ``cleanup_ctx`` by :meth:`SharedClients.start`, closed by
 :meth:`SharedClients.close`; sources reach them through this object at lookup
 time, so sources can be built before the event loop runs (and without
@@ -10,6 +12,7 @@ importing aiohttp or redis-py: ``gateway check-config`` builds them too).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +20,8 @@ if TYPE_CHECKING:
     import aiohttp
     import redis.asyncio
 
+    from gateway.storage.base import Storage
+    from gateway.storage.s3 import S3StorageConfig
     from gateway.store import Store
 
 __all__ = ["ClientSettings", "SharedClients"]
@@ -54,6 +59,8 @@ class SharedClients:
         self.settings = settings or ClientSettings()
         self._session: aiohttp.ClientSession | None = None
         self._redis: dict[str, redis.asyncio.Redis] = {}
+        self._s3: dict[S3StorageConfig, Storage] = {}
+        self._s3_lock: asyncio.Lock | None = None
         #: The snapshot store, opened by the app when a collection uses it.
         self.store: Store | None = None
 
@@ -89,8 +96,28 @@ class SharedClients:
             self._redis[server_url] = client
         return client
 
+    async def s3_storage(self, config: S3StorageConfig) -> Storage:
+        """The S3 storage of ``config``, opened on first use and kept until :meth:`close`.
+
+        Raises :class:`~gateway.storage.errors.StorageError` when it cannot be
+        opened (no credentials in the environment, no bucket, the endpoint
+        down); the next call tries again.
+        """
+        opened = self._s3.get(config)
+        if opened is not None:
+            return opened
+        if self._s3_lock is None:
+            self._s3_lock = asyncio.Lock()
+        async with self._s3_lock:
+            opened = self._s3.get(config)
+            if opened is None:
+                from gateway.storage.s3 import S3Storage
+
+                opened = self._s3[config] = await S3Storage.open("resource", config)
+        return opened
+
     async def close(self) -> None:
-        """Close the session and every Redis pool."""
+        """Close the session, every Redis pool and every S3 storage."""
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -98,3 +125,6 @@ class SharedClients:
         self._redis.clear()
         for client in pools:
             await client.aclose()
+        storages, self._s3 = list(self._s3.values()), {}
+        for storage in storages:
+            await storage.close()

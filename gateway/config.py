@@ -58,7 +58,7 @@ from gateway.storage.settings import (
     StorageSpec,
     check_retention,
 )
-from gateway.store.settings import DedupPolicy, StoreSettings
+from gateway.store.settings import DedupPolicy, PublishSettings, StoreSettings, check_publish
 from gateway.yaml_load import safe_load
 
 __all__ = [
@@ -466,8 +466,19 @@ def _store(value: object, path: str) -> StoreSettings:
         check_retention(retention, storages)
     except SettingError as exc:
         raise ConfigError(f"{path}.retention.{exc.field}", exc.problem) from exc
+    publish_data = data.pop("publish", None)
+    publish = None
+    if publish_data is not None:
+        publish = _dataclass(PublishSettings, publish_data, f"{path}.publish")
+        try:
+            publish = check_publish(publish, storages)
+        except SettingError as exc:
+            raise ConfigError(f"{path}.publish.{exc.field}", exc.problem) from exc
     return dataclasses.replace(
-        _dataclass(StoreSettings, data, path), storages=storages, retention=retention
+        _dataclass(StoreSettings, data, path),
+        storages=storages,
+        retention=retention,
+        publish=publish,
     )
 
 

@@ -50,15 +50,26 @@ async def root_handler(request: web.Request) -> web.Response:
 
 
 async def status_handler(request: web.Request) -> web.Response:
-    """Circuit-breaker state of every member: ``{coll: {step: {member: state}}}``."""
-    body = {
+    """Circuit-breaker state of every member: ``{"breakers": {coll: {step: {member: state}}}}``.
+
+    With a store that replicates (``store.storages``), also ``"store"``: its
+    files by safety, storages that cannot be opened, and reads from replicas
+    (:func:`gateway.store.replication_status.replication_status`).
+    """
+    breakers = {
         name: {
             step.name: {member: breaker.state() for member, breaker in step.index.breakers.items()}
             for step in collection.steps
         }
         for name, collection in request.app[COLLECTIONS].items()
     }
-    return web.json_response({"breakers": body})
+    body: dict[str, object] = {"breakers": breakers}
+    store = request.app[CLIENTS].store
+    if store is not None and store.settings.storages:
+        from gateway.store.replication_status import replication_status
+
+        body["store"] = await asyncio.to_thread(replication_status, store.replicas)
+    return web.json_response(body)
 
 
 async def health_handler(request: web.Request) -> web.Response:

@@ -57,6 +57,7 @@ from gateway.jobs.db import (
 from gateway.jobs.hooks import Hooks
 from gateway.jobs.model import ObjectType, Transition
 from gateway.jobs.settings import JobsSettings
+from gateway.store.settings import StoreSettings
 
 __all__ = [
     "ActorType",
@@ -114,7 +115,10 @@ class JobContext:
     ``db``: the jobs database (the store's index database); ``store_root``:
     the store directory (the store's actor types build their layout from
     it); ``owner``: who claims, written as ``lease_owner`` (``serve 1234``,
-    ``worker 1234``, ``store-add 1234``).
+    ``worker 1234``, ``store-add 1234``); ``store``: the store's settings
+    (its storages and retention policy, for the replication's actor types;
+    None where a caller runs only actor types that need no more than
+    ``store_root``).
     """
 
     db: JobsDB
@@ -122,6 +126,7 @@ class JobContext:
     settings: JobsSettings
     store_root: Path
     owner: str
+    store: StoreSettings | None = None
 
 
 def backoff_s(attempts: int, base_s: float, max_s: float) -> float:

@@ -13,6 +13,7 @@ from gateway.jobs.actors import ActorType
 from gateway.jobs.model import ObjectType
 from gateway.store.migrate_actor import MigrateActor
 from gateway.store.online_import import ImportActor
+from gateway.store.replication_jobs import DirectorActor, ReplicationWorker
 from gateway.store.scrub import ScrubActor
 
 __all__ = ["ACTOR_TYPES", "builtin_object_types", "object_types_of"]
@@ -21,6 +22,8 @@ ACTOR_TYPES: Final[Mapping[str, type[ActorType]]] = {
     "import": ImportActor,
     "scrub": ScrubActor,
     "migrate": MigrateActor,
+    "replication_director": DirectorActor,
+    "replication_worker": ReplicationWorker,
 }
 
 

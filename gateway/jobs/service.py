@@ -135,6 +135,7 @@ class JobsService:
             settings=self.settings,
             store_root=self.layout.root,
             owner=self.owner,
+            store=self.store_settings,
         )
         self.orchestrator = Orchestrator(ctx, self.actor_types)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="jobs-orchestrator")

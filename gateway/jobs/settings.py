@@ -47,6 +47,13 @@ class JobsSettings:
     - ``migrate_max_tick_s``: the tick limit (and lease) of the layout
       migrator: a tick moves files for at most about a third of it (20 s at
       most), and one interrupted by a kill is taken up again once it ends.
+    - ``replicate_interval_s``: how often the replication director looks
+      for files with fewer safe copies than ``store.retention.copies`` (it
+      waits while the batches it made are still being copied).
+    - ``replicate_max_tick_s``: the tick limit (and lease) of a replication
+      worker: it starts copies of its batch for half of it and leaves the
+      rest to its next tick, so one copy (of the largest file, to the
+      slowest storage) must fit in the other half.
     """
 
     enabled: bool | None = None
@@ -58,6 +65,8 @@ class JobsSettings:
     scrub_max_tick_s: float = 10.0
     scrub_max_concurrent: int = 1
     migrate_max_tick_s: float = 600.0
+    replicate_interval_s: float = 60.0
+    replicate_max_tick_s: float = 3600.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -66,6 +75,8 @@ class JobsSettings:
             "scrub_interval_days",
             "scrub_max_tick_s",
             "migrate_max_tick_s",
+            "replicate_interval_s",
+            "replicate_max_tick_s",
         ):
             value = getattr(self, name)
             if not value > 0:

@@ -2,7 +2,9 @@
 
 A :class:`Resolver` turns the ``filename`` field of a capture into candidate
 locations, tried in order by :class:`~gateway.loaders.warc.WarcLoader`:
-absolute local paths or ``http(s)://`` URLs (read with range requests).
+absolute local paths, ``http(s)://`` URLs (read with range requests), or
+objects in a storage that open their own ranges
+(:class:`~gateway.loaders.warc_reader.RangeLocation`: S3, below).
 Behaviour follows pywb's warcserver ``pathresolvers`` module:
 
 ``prefix`` (pywb ``PrefixResolver``)
@@ -47,9 +49,9 @@ import os
 import re
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Final, Literal, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, Protocol, Self, runtime_checkable
 from urllib.parse import quote, unquote
 
 from gateway.clients import SharedClients
@@ -57,9 +59,13 @@ from gateway.errors import ArchiveFileNotFound, UnsafeFilename
 from gateway.missing_dirs import ensure_directory
 from gateway.registry import LazyRegistry
 
+if TYPE_CHECKING:
+    from gateway.loaders.warc_reader import Location
+
 __all__ = [
     "REDIS_SHORTHAND_PREFIXES",
     "RESOLVER_TYPES",
+    "S3_SHORTHAND_PREFIXES",
     "PathIndexResolver",
     "PathIndexResolverConfig",
     "PrefixResolver",
@@ -77,7 +83,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ResolverKind = Literal["prefix", "path_index", "redis_index"]
+ResolverKind = Literal["prefix", "path_index", "redis_index", "s3"]
 
 _PREFIX_MARK: Final = "warc-prefix+"
 _INDEX_MARK: Final = "warc-index+"
@@ -104,10 +110,11 @@ class ResolverConfig(Protocol):
 class Resolver(Protocol):
     """Maps a CDX ``filename`` to candidate locations (pywb path resolvers)."""
 
-    async def locate(self, filename: str) -> list[str]:
+    async def locate(self, filename: str) -> Sequence[Location]:
         """Candidate locations for ``filename``, best first.
 
-        Each is an absolute local path or an ``http(s)://`` URL; an empty list
+        Each is an absolute local path, an ``http(s)://`` URL or a
+        :class:`~gateway.loaders.warc_reader.RangeLocation`; an empty list
         means this resolver does not know the file. Raises
         :class:`~gateway.errors.UnsafeFilename` for a filename that would
         leave the resolver's prefix, and
@@ -474,12 +481,14 @@ def _read_path_index(path: str) -> dict[str, tuple[str, ...]]:
 
 
 # ---------------------------------------------------------------- registry
-# Redis's module (and redis-py) is imported only for a config that uses it.
+# Redis's and S3's modules (redis-py, botocore's) are imported only for a config
+# that uses them.
 RESOLVER_TYPES: Final = LazyRegistry[type[ResolverFactory]](
     {
         "prefix": "gateway.loaders.resolvers:PrefixResolver",
         "path_index": "gateway.loaders.resolvers:PathIndexResolver",
         "redis_index": "gateway.loaders.redis_resolver:RedisResolver",
+        "s3": "gateway.loaders.s3_resolver:S3Resolver",
     }
 )
 
@@ -492,6 +501,10 @@ REDIS_SHORTHAND_PREFIXES: Final = (
     "rediss://",
 )
 
+#: ``S3Resolver.shorthand_prefixes``, known without importing the S3 storage
+#: (``tests/loaders/test_s3_resolver.py`` checks they agree).
+S3_SHORTHAND_PREFIXES: Final = ("s3://", "s3+http://", "s3+https://")
+
 
 def resolver_kind_for_shorthand(text: str) -> ResolverKind:
     """Which resolver type a ``resource:`` string selects (pywb ``make_best_resolver``).
@@ -499,7 +512,9 @@ def resolver_kind_for_shorthand(text: str) -> ResolverKind:
     ``warc-index+`` selects a path index; ``warc-prefix+``, ``http(s)://`` and
     ``file://`` a prefix; a plain path naming an existing regular file a path
     index; anything else a prefix (a directory). ``warc-index+redis://`` and
-    ``redis://`` select a Redis hash (:mod:`gateway.loaders.redis_resolver`).
+    ``redis://`` select a Redis hash (:mod:`gateway.loaders.redis_resolver`),
+    ``s3://`` and ``s3+http(s)://`` a bucket and prefix
+    (:mod:`gateway.loaders.s3_resolver`).
 
     >>> resolver_kind_for_shorthand("warc-index+file:///data/paths.txt")
     'path_index'
@@ -508,6 +523,8 @@ def resolver_kind_for_shorthand(text: str) -> ResolverKind:
     """
     if text.startswith(REDIS_SHORTHAND_PREFIXES):
         return "redis_index"
+    if text.startswith(S3_SHORTHAND_PREFIXES):
+        return "s3"
     if text.startswith(_INDEX_MARK):
         return "path_index"
     if text.startswith((_PREFIX_MARK, *_HTTP_SCHEMES, "file://")):

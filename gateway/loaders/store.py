@@ -5,7 +5,9 @@
 mapping a CDX ``filename`` to the places the open store may keep it, in
 order (:meth:`Store.locate <gateway.store.store.Store.locate>`: the place
 its row gives, then the other layouts'; a file moving to a new layout is in
-one of them). The loader tries each in turn. It
+one of them), then to the file's copies on the store's storages
+(``store.storages``), which are read only when every place at the primary
+fails. The loader tries each in turn. It
 accepts only captures of its ``$store`` member (``source-coll``), so each
 ``$store`` member loads its own captures; :mod:`gateway.sources.store`
 returns it from ``resource_loaders()``.
@@ -23,6 +25,7 @@ from gateway.errors import ArchiveFileNotFound, LoadError
 from gateway.loaders.base import LoadContext, LoadedRecord
 from gateway.loaders.resolvers import check_filename
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
+from gateway.loaders.warc_reader import Location
 from gateway.store.errors import StoreError
 
 if TYPE_CHECKING:
@@ -49,13 +52,16 @@ class StoreResolverConfig:
 
 
 class StoreResolver:
-    """Resolver: a CDX ``filename`` -> the paths the store may keep it at, in order."""
+    """Resolver: a CDX ``filename`` -> the paths the store may keep it at, in order,
+    then the file's copies on the store's storages (tried only when those fail)."""
 
     def __init__(self, store: StoreGetter) -> None:
         self._store = store
 
-    async def locate(self, filename: str) -> list[str]:
-        """The candidate paths (:meth:`Store.locate`), the row's place first.
+    async def locate(self, filename: str) -> list[Location]:
+        """The candidate paths at the primary (:meth:`Store.locate`), the row's place
+        first, then a replica location per storage (issue 13 §4:
+        :mod:`gateway.store.replicas`).
 
         Raises UnsafeFilename, ArchiveFileNotFound (the store is not open) or
         LoadError (its index failed, or the row names an unknown layout).
@@ -67,9 +73,10 @@ class StoreResolver:
                 f"{filename}: the snapshot store is not open", {filename: "store not open"}
             )
         try:
-            return [str(path) for path in store.locate(filename)]
+            places: list[Location] = [str(path) for path in store.locate(filename)]
         except StoreError as exc:
             raise LoadError(f"{filename}: {exc.message}", {filename: exc.message}) from exc
+        return [*places, *store.replica_locations(filename)]
 
     def describe(self) -> str:
         store = self._store()

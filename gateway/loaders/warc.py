@@ -199,6 +199,7 @@ class WarcLoader:
                 looked[resolver.describe()] = exc.message
                 continue
             for location in locations:
+                where = str(location)
                 try:
                     opened = await open_record(
                         location,
@@ -210,12 +211,12 @@ class WarcLoader:
                         gzip_member=gzip_member,
                     )
                 except ArchiveFileNotFound as exc:
-                    looked[location] = exc.errors.get(location, exc.message)
+                    looked[where] = exc.errors.get(where, exc.message)
                 except RecordFormatError as exc:
-                    looked[location] = exc.message
+                    looked[where] = exc.message
                     worst = RecordFormatError
                 except LoadError as exc:
-                    looked[location] = exc.message
+                    looked[where] = exc.message
                     if worst is ArchiveFileNotFound:
                         worst = LoadError
                 else:

@@ -35,7 +35,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
-import importlib
 import os
 import zlib
 from collections.abc import AsyncIterator, Callable
@@ -43,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from warcio.limitreader import LimitReader
 
-from gateway.errors import ArchiveFileNotFound, LoadError, RecordFormatError
+from gateway.errors import ArchiveFileNotFound, ArchiveUnavailable, LoadError, RecordFormatError
 from gateway.loaders.warc_headers import (
     ARC_URI,
     PARSE_ERRORS,
@@ -53,11 +52,27 @@ from gateway.loaders.warc_headers import (
     NeedMore,
     arc_url,
 )
+from gateway.storage.base import RangeReader, Storage
+from gateway.storage.errors import (
+    InvalidObjectName,
+    ObjectNotFound,
+    RangeNotSatisfiable,
+    StorageError,
+)
+from gateway.storage.integrity import INFLATE_ERRORS, ZLIB
 
 if TYPE_CHECKING:  # aiohttp is imported by the time a session exists
     import aiohttp
 
-__all__ = ["OpenedRecord", "RecordBody", "StoredMember", "open_record"]
+__all__ = [
+    "Location",
+    "OpenedRecord",
+    "RangeLocation",
+    "RecordBody",
+    "StoredMember",
+    "open_record",
+    "open_storage_range",
+]
 
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 #: Largest piece inflated from compressed input at a time (decompression bombs).
@@ -71,15 +86,10 @@ _MAX_HEADER_BYTES: Final = 4 * 1024 * 1024
 _HTTP_SCHEMES: Final = ("http://", "https://")
 _T = TypeVar("_T")
 
-# ISA-L's inflate (PyPI ``isal``) is 2-3x faster than zlib on the same
-# deflate streams, with identical output; it is used when installed.
-# (Imported by name so that type checking does not depend on it being installed.)
-_ZLIB: Any
-try:
-    _ZLIB = importlib.import_module("isal.isal_zlib")
-except ImportError:  # pragma: no cover - depends on the environment
-    _ZLIB = zlib
-_INFLATE_ERRORS: Final[tuple[type[Exception], ...]] = (zlib.error, _ZLIB.error)
+# ISA-L's inflate (PyPI ``isal``) when installed: 2-3x faster than zlib on
+# the same deflate streams, with identical output (gateway.storage.integrity).
+_ZLIB: Any = ZLIB
+_INFLATE_ERRORS: Final = INFLATE_ERRORS
 
 
 # ------------------------------------------------------------ raw sources
@@ -180,6 +190,90 @@ class _HttpRaw:
                 response.release()
             else:
                 response.close()
+
+
+class RangeLocation(Protocol):
+    """A location that is neither a path nor a URL: an object in a storage
+    (an S3 replica, :mod:`gateway.loaders.s3_resolver`; a copy of a store
+    file, :mod:`gateway.store.replicas`). It opens a byte range itself.
+
+    ``str()`` of it names it in messages.
+    """
+
+    async def open_range(self, offset: int, length: int | None) -> RangeReader:
+        """The bytes ``[offset, offset + length)``; raises
+        :class:`~gateway.errors.ArchiveFileNotFound` when the object is not
+        there, another :class:`~gateway.errors.LoadError` when it cannot be
+        read."""
+        ...
+
+
+#: What a resolver hands the loader: a local path, an ``http(s)://`` URL, or
+#: a :class:`RangeLocation`.
+Location = str | RangeLocation
+
+
+async def open_storage_range(
+    storage: Storage, name: str, offset: int, length: int | None, *, where: str
+) -> RangeReader:
+    """``storage.open_range(name, offset, length)`` for a :class:`RangeLocation` named
+    ``where``, its failures as load errors: no such object (or a name the storage
+    cannot hold) :class:`~gateway.errors.ArchiveFileNotFound`, a range past the
+    end :class:`~gateway.errors.RecordFormatError` (check the CDX offset),
+    anything else :class:`~gateway.errors.ArchiveUnavailable` (the storage is
+    down or refuses)."""
+    try:
+        return await storage.open_range(name, offset, length)
+    except (ObjectNotFound, InvalidObjectName) as exc:
+        raise ArchiveFileNotFound(f"{where}: {exc.problem}", {where: exc.problem}) from exc
+    except RangeNotSatisfiable as exc:
+        raise RecordFormatError(
+            f"{where}: {exc.problem}; check the CDX offset and length", {where: exc.problem}
+        ) from exc
+    except StorageError as exc:
+        raise ArchiveUnavailable(f"{where}: {exc.problem}", {where: exc.problem}) from exc
+
+
+class _StorageRaw:
+    """A :class:`RangeLocation`'s reader as a raw source: storage errors become load errors."""
+
+    __slots__ = ("_reader", "location", "read_blocking")
+
+    def __init__(self, location: str, reader: RangeReader) -> None:
+        self.location = location
+        self._reader = reader
+        blocking = reader.read_blocking
+        self.read_blocking: Callable[[int], bytes] | None = (
+            None if blocking is None else self._blocking
+        )
+
+    async def read(self, size: int) -> bytes:
+        try:
+            return await self._reader.read(size)
+        except StorageError as exc:
+            raise self._failed(exc) from exc
+
+    def _blocking(self, size: int) -> bytes:
+        read = self._reader.read_blocking
+        assert read is not None
+        try:
+            return read(size)
+        except StorageError as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: StorageError) -> LoadError:
+        if isinstance(exc, RangeNotSatisfiable):
+            return RecordFormatError(
+                f"{self.location}: record truncated: {exc.problem}",
+                {self.location: "record truncated"},
+            )
+        return ArchiveUnavailable(
+            f"{self.location}: reading the record failed: {exc.problem}",
+            {self.location: exc.problem},
+        )
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 def _open_local(location: str, offset: int, length: int | None) -> _RawSource:
@@ -576,7 +670,7 @@ def _format_error(location: str, offset: int, problem: str) -> RecordFormatError
 
 
 async def open_record(
-    location: str,
+    location: Location,
     offset: int,
     length: int | None,
     *,
@@ -587,19 +681,22 @@ async def open_record(
 ) -> OpenedRecord:
     """Open and parse the record at ``offset`` (``length`` raw bytes, if known).
 
-    ``location`` is an absolute path or an ``http(s)://`` URL; ``session``
-    returns the shared ``aiohttp`` session (only called for URLs). With
-    ``gzip_member``, a record stored as its own gzip member is inflated only
-    as far as its header blocks, and the result's ``member`` offers the
-    member as stored (see :class:`StoredMember`; the body still streams
-    inflated when iterated instead). Raises
+    ``location`` is an absolute path, an ``http(s)://`` URL or a
+    :class:`RangeLocation`; ``session`` returns the shared ``aiohttp``
+    session (only called for URLs). With ``gzip_member``, a record stored
+    as its own gzip member is inflated only as far as its header blocks,
+    and the result's ``member`` offers the member as stored (see
+    :class:`StoredMember`; the body still streams inflated when iterated
+    instead). Raises
     :class:`ArchiveFileNotFound` when the location does not hold the file,
     :class:`RecordFormatError` when the bytes are not a record, and
     :class:`LoadError` for any other I/O failure. The caller owns the result
     and must ``close`` it.
     """
     raw: _RawSource
-    if location.startswith(_HTTP_SCHEMES):
+    if not isinstance(location, str):
+        raw = _StorageRaw(str(location), await location.open_range(offset, length))
+    elif location.startswith(_HTTP_SCHEMES):
         raw = await _open_http(session(), location, offset, length)
     elif location.startswith("/"):
         raw = _open_local(location, offset, length)

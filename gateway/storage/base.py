@@ -16,7 +16,10 @@ append-only to the archiver (issue 13 §2):
   incomplete is ever visible under the final name: bytes go to a temporary
   name first (hidden names, which are never object names) and the final name
   appears in one atomic step.
-- :meth:`Storage.get_range` streams bytes ``[offset, offset + length)``.
+- :meth:`Storage.get_range` streams bytes ``[offset, offset + length)``;
+  :meth:`Storage.open_range` opens them as a :class:`RangeReader`, read a
+  piece at a time and closed without awaiting (what a record loader needs:
+  :mod:`gateway.loaders.warc_reader`).
 - :meth:`Storage.stat` and :meth:`Storage.iter` describe objects
   (:class:`ObjectInfo`); ``iter`` streams a listing, never holding it whole.
 - :meth:`Storage.digest` reads an object back and returns its SHA-256.
@@ -35,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Literal, Protocol, cast, runtime_checkable
 
@@ -54,6 +57,7 @@ __all__ = [
     "ObjectInfo",
     "PutOutcome",
     "PutResult",
+    "RangeReader",
     "Storage",
     "StorageFactory",
     "check_name",
@@ -104,6 +108,26 @@ class PutResult:
     verified_by: str
 
 
+class RangeReader(Protocol):
+    """Bytes of one object range, read a piece at a time (:meth:`Storage.open_range`).
+
+    ``read(size)`` returns up to ``size`` bytes, ``b""`` once the range is
+    read (raising :class:`~gateway.storage.errors.StorageError` when the
+    storage fails, or the object turns out shorter than the range);
+    ``read_blocking`` is the same read as a blocking call safe to run in a
+    worker thread, when the storage has one (a local file), else None;
+    ``close()`` releases the file or connection at once, without awaiting,
+    and may be called twice. ``location`` names the object for messages.
+    """
+
+    location: str
+    read_blocking: Callable[[int], bytes] | None
+
+    async def read(self, size: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 @runtime_checkable
 class Storage(Protocol):
     """A place objects are replicated to (a local directory, an S3 bucket prefix)."""
@@ -145,6 +169,17 @@ class Storage(Protocol):
         :class:`~gateway.storage.errors.RangeNotSatisfiable` when the object
         holds fewer than ``offset + length`` bytes (possibly after yielding
         the bytes it has).
+        """
+        ...
+
+    async def open_range(self, name: str, offset: int, length: int | None = None) -> RangeReader:
+        """Open the bytes ``[offset, offset + length)`` of the object (to its end when
+        ``length`` is None) for reading piece by piece; the caller closes it.
+
+        Raises :class:`~gateway.storage.errors.ObjectNotFound`, or
+        :class:`~gateway.storage.errors.RangeNotSatisfiable` when the object
+        holds fewer than ``offset + length`` bytes (at once or, on S3, when
+        the short answer is read).
         """
         ...
 
@@ -266,9 +301,11 @@ async def settle_existing(
     (sizes first, then the storage's own checksum when it has one, and only
     then the object read back with :func:`sha256_of`); when it differs,
     raises :class:`ObjectConflict`, or returns None if ``replace`` asks to
-    write anyway.
+    write anyway. With ``replace`` the object is always read back: a caller
+    replacing an object suspects its bytes, and a checksum the storage
+    recorded when the object was written says nothing of what became of them.
     """
-    found: str | None = existing.sha256
+    found: str | None = None if replace else existing.sha256
     if existing.size == size:
         found = found or await sha256_of(storage, existing.name)
         if found == sha256:

@@ -25,6 +25,7 @@ outcome             meaning                                        copy status
                     denied, no bucket, disk full)
 ``source_missing``  the source has no such object                  source missing
 ``source_corrupt``  the source's bytes do not have the SHA-256     source corrupted
+                    (or a gzip member that does not inflate)
 ``source_failed``   a lasting failure reading the source           unchanged; operator
 ==================  =============================================  ====================
 
@@ -42,18 +43,20 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from gateway.storage.base import ObjectInfo, Storage, check_sha256
 from gateway.storage.errors import (
+    CorruptObject,
     DigestMismatch,
     ObjectConflict,
     ObjectNotFound,
     RangeNotSatisfiable,
     StorageError,
 )
+from gateway.storage.integrity import SourceCheck
 
 __all__ = ["CopyOutcome", "CopyResult", "RetryPolicy", "copy_file"]
 
@@ -149,9 +152,12 @@ class _SourceFailed(Exception):
 READ_AHEAD_CHUNKS: Final = 4
 
 
-async def _from_source(source: Storage, name: str, size: int) -> AsyncGenerator[bytes, None]:
+async def _from_source(
+    source: Storage, name: str, check: SourceCheck | None
+) -> AsyncGenerator[bytes, None]:
     """The source's bytes, read up to :data:`READ_AHEAD_CHUNKS` ahead by a task of its
-    own (reading overlaps the destination's hashing and writing); a source failure
+    own (reading overlaps the destination's hashing and writing), each fed to
+    ``check`` (in a worker thread) before the stream may end; a source failure
     arrives as :class:`_SourceFailed`, so that ``put`` passes it through untouched."""
     queue: asyncio.Queue[bytes | StorageError | None] = asyncio.Queue(READ_AHEAD_CHUNKS)
 
@@ -160,6 +166,10 @@ async def _from_source(source: Storage, name: str, size: int) -> AsyncGenerator[
         try:
             async for chunk in stream:
                 await queue.put(chunk)
+                if check is not None:
+                    await asyncio.to_thread(check.feed, chunk)
+            if check is not None:
+                check.finish()
             await queue.put(None)
         except StorageError as exc:
             await queue.put(exc)
@@ -189,14 +199,19 @@ async def copy_file(
     replace: bool = False,
     read_back: bool = False,
     retry: RetryPolicy = RetryPolicy(),
+    check: Callable[[], SourceCheck | None] | None = None,
 ) -> CopyResult:
     """Copy object ``name`` (``size`` bytes, SHA-256 ``sha256``) from ``source`` to
     ``destination``; never raises a :class:`StorageError` (it is the result's outcome).
 
     ``replace``: write over another object found under the name at the
-    destination (``store repair``); otherwise it is reported ``corrupted``.
-    ``read_back``: after the put, read the destination's object back whole
-    and compare SHA-256s. Cancellation propagates.
+    destination (a copy known to be damaged, ``store repair``); otherwise it
+    is reported ``corrupted``. ``read_back``: after the put, read the
+    destination's object back whole and compare SHA-256s. ``check``: makes,
+    for each attempt, a :class:`~gateway.storage.integrity.SourceCheck` fed
+    every byte read from the source (every gzip member inflates:
+    :func:`~gateway.storage.integrity.check_for`); a failure is
+    ``source_corrupt`` and nothing is published. Cancellation propagates.
     """
     check_sha256(sha256)
     started = time.monotonic()
@@ -226,7 +241,7 @@ async def copy_file(
 
     last: StorageError | None = None
     for attempt in range(1, retry.attempts + 1):
-        stream = _from_source(source, name, size)
+        stream = _from_source(source, name, check() if check is not None else None)
         try:
             put = await destination.put(name, stream, size=size, sha256=sha256, replace=replace)
             if read_back:
@@ -247,6 +262,8 @@ async def copy_file(
                 return result("source_missing", attempt, detail=str(error))
             if isinstance(error, RangeNotSatisfiable):
                 return result("source_corrupt", attempt, detail=f"shorter than {size} bytes")
+            if isinstance(error, CorruptObject):
+                return result("source_corrupt", attempt, detail=error.problem)
             if not error.retryable:
                 return result("source_failed", attempt, detail=str(error))
             last = error

@@ -11,6 +11,8 @@
         ├── InvalidObjectName           ... not a name a storage accepts
         ├── ObjectNotFound              ... no object under that name
         ├── RangeNotSatisfiable         ... the object ends before the range asked for
+        ├── CorruptObject               ... its bytes are not what they must be (a gzip
+        │                                   member that does not inflate)
         ├── ObjectConflict              ... create-only put: the name holds other bytes
         └── DigestMismatch              ... put: the bytes given are not the ones declared
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from gateway.storage.base import ObjectInfo
 
 __all__ = [
+    "CorruptObject",
     "DigestMismatch",
     "InvalidObjectName",
     "ObjectConflict",
@@ -79,6 +82,11 @@ class ObjectNotFound(StorageError):
 
 class RangeNotSatisfiable(StorageError):
     """The object holds fewer bytes than ``offset + length`` (HTTP 416 on S3)."""
+
+
+class CorruptObject(StorageError):
+    """The object's bytes are damaged: read whole, they are not what the file must be
+    (:mod:`gateway.storage.integrity`: a gzip member that does not inflate)."""
 
 
 class ObjectConflict(StorageError):

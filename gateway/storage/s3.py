@@ -57,7 +57,7 @@ import re
 import secrets
 import tempfile
 import time
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Final, Self
 
@@ -67,6 +67,7 @@ from gateway.storage.base import (
     ObjectInfo,
     PutOutcome,
     PutResult,
+    RangeReader,
     check_name,
     check_range,
     hash_chunk,
@@ -241,6 +242,47 @@ def _full_sha256(checksum: str | None) -> str | None:
     return raw.hex() if len(raw) == 32 else None
 
 
+class _S3Range:
+    """:class:`~gateway.storage.base.RangeReader` over a ``GetObject`` answer's body."""
+
+    __slots__ = ("_body", "_left", "_name", "_read", "_storage", "location", "read_blocking")
+
+    def __init__(self, storage: S3Storage, name: str, body: Any, expected: int) -> None:
+        self._storage = storage
+        self._name = name
+        self._body = body
+        self._left = expected
+        self._read = 0
+        config = storage.config
+        self.location = f"s3://{config.bucket}/{config.prefix}{name}"
+        self.read_blocking: Callable[[int], bytes] | None = None
+
+    async def read(self, size: int) -> bytes:
+        body = self._body
+        if body is None or self._left <= 0:
+            return b""
+        try:
+            chunk: bytes = await body.read(min(size, self._left))
+        except Exception as exc:
+            self.close()
+            raise self._storage._error(self._name, exc, f"read after {self._read} bytes") from exc
+        if not chunk:
+            self.close()
+            raise StorageUnavailable(
+                self._storage.name,
+                self._name,
+                f"the answer ended after {self._read} bytes, {self._left} short",
+            )
+        self._left -= len(chunk)
+        self._read += len(chunk)
+        return chunk
+
+    def close(self) -> None:
+        body, self._body = self._body, None
+        if body is not None:
+            body.close()  # a connection with unread bytes is dropped, not reused
+
+
 class S3Storage(Backend):
     """Objects under a key prefix of one bucket (see the module docstring)."""
 
@@ -391,6 +433,16 @@ class S3Storage(Backend):
     async def get_range(
         self, name: str, offset: int = 0, length: int | None = None
     ) -> AsyncGenerator[bytes, None]:
+        reader = await self.open_range(name, offset, length)
+        try:
+            while chunk := await reader.read(CHUNK_BYTES):
+                yield chunk
+        finally:
+            reader.close()
+
+    async def open_range(self, name: str, offset: int, length: int | None = None) -> RangeReader:
+        """See :meth:`Storage.open_range`: one ``GetObject`` with ``Range``, its body
+        read as it arrives (no thread), closed with the connection it holds."""
         check_range(offset, length)
         if length == 0:
             info = await self.stat(name)
@@ -398,42 +450,31 @@ class S3Storage(Backend):
                 raise RangeNotSatisfiable(
                     self.name, name, f"holds {info.size} bytes; asked for offset {offset}"
                 )
-            return
-        key = self._key(name)
+            return _S3Range(self, name, None, 0)
         extra: dict[str, Any] = {}
         if length is not None:
             extra["Range"] = f"bytes={offset}-{offset + length - 1}"
         elif offset:
             extra["Range"] = f"bytes={offset}-"
         try:
-            answer = await self.client.get_object(Bucket=self.config.bucket, Key=key, **extra)
+            answer = await self.client.get_object(
+                Bucket=self.config.bucket, Key=self._key(name), **extra
+            )
         except Exception as exc:
             error = self._error(name, exc, f"read {extra.get('Range', 'whole object')}")
             at_end = isinstance(error, RangeNotSatisfiable) and length is None
             if at_end and (await self.stat(name)).size == offset:
-                return  # the empty range at the end, as a local file answers it
+                return _S3Range(self, name, None, 0)
             raise error from exc
-        expected = answer["ContentLength"]
-        received = 0
-        async with answer["Body"] as body:
-            if length is not None and expected < length:
-                raise RangeNotSatisfiable(
-                    self.name,
-                    name,
-                    f"holds {answer.get('ContentRange', '?')}; "
-                    f"asked for [{offset}, {offset + length})",
-                )
-            while received < expected:
-                try:
-                    chunk = await body.read(min(CHUNK_BYTES, expected - received))
-                except Exception as exc:
-                    raise self._error(name, exc, f"read at {offset + received}") from exc
-                if not chunk:
-                    raise StorageUnavailable(
-                        self.name, name, f"the answer ended after {received} of {expected} bytes"
-                    )
-                received += len(chunk)
-                yield chunk
+        body, expected = answer["Body"], answer["ContentLength"]
+        if length is not None and expected < length:
+            body.close()
+            raise RangeNotSatisfiable(
+                self.name,
+                name,
+                f"holds {answer.get('ContentRange', '?')}; asked for [{offset}, {offset + length})",
+            )
+        return _S3Range(self, name, body, expected)
 
     async def iter(self, prefix: str = "") -> AsyncGenerator[ObjectInfo, None]:
         paginator = self.client.get_paginator("list_objects_v2")

@@ -1,4 +1,4 @@
-"""``gateway store add | history | check | repair | migrate``.
+"""``gateway store add | history | check | repair | migrate | replicate | copies | scrub``.
 
 ::
 
@@ -7,8 +7,14 @@
                           [--at TS | --from TS --to TS | --latest | --all] [--output cdxj|json]
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
     gateway store repair [--root DIR | --config FILE] [--progress | --no-progress]
+                         [--replace-copies]
     gateway store migrate [--root DIR | --config FILE] [--continuous [--interval S]]
                           [--resume-from NAME] [--batch-size N] [--progress | --no-progress]
+    gateway store replicate [--config FILE] [--once] [--progress | --no-progress]
+    gateway store copies [--config FILE] [--json] [FILE...]
+    gateway store scrub [--config FILE] [--max-duration SECONDS] [--progress | --no-progress]
+
+``replicate``, ``copies`` and ``scrub`` are :mod:`gateway.store.replication_cli`.
 
 ``--root`` defaults to ``./archive/store``; ``--config`` takes the
 ``store:`` section of a collections.yaml (through ``gateway.config``, the
@@ -258,7 +264,40 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     for problem in report.final.problems:
         print(f"not repaired: {problem}")
     print(f"store repair: {report.final.summary()}")
-    return 0 if report.final.ok else 1
+    status = 0 if report.final.ok else 1
+    if args.replace_copies:
+        from gateway.store.replication_cli import cmd_replace_copies
+
+        status = max(status, cmd_replace_copies(args, settings))
+    return status
+
+
+def _cmd_replicate(args: argparse.Namespace) -> int:
+    from gateway.store.replication_cli import cmd_replicate
+
+    return cmd_replicate(args, _settings(args), _jobs_settings(args))
+
+
+def _cmd_copies(args: argparse.Namespace) -> int:
+    from gateway.store.replication_cli import cmd_copies
+
+    return cmd_copies(args, _settings(args))
+
+
+def _cmd_scrub(args: argparse.Namespace) -> int:
+    from gateway.store.replication_cli import cmd_scrub
+
+    return cmd_scrub(args, _settings(args), _jobs_settings(args))
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; expected seconds > 0")
+    return value
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -316,16 +355,6 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
     return value
 
 
@@ -410,6 +439,12 @@ def add_store_commands(
     )
     _common(repair, settings_loader)
     add_progress_argument(repair)
+    repair.add_argument(
+        "--replace-copies",
+        action="store_true",
+        help="then replace objects on the storages (store.storages of --config) that hold "
+        "other bytes under a file's name with the file's verified copy",
+    )
     repair.set_defaults(run=_guarded("repair", _cmd_repair))
 
     migrate = leaves.add_parser(
@@ -445,6 +480,38 @@ def add_store_commands(
     )
     migrate.set_defaults(run=_guarded("migrate", _cmd_migrate))
 
+    replicate = leaves.add_parser(
+        "replicate",
+        help="copy closed WARC files to the storages until the retention policy holds",
+    )
+    _common(replicate, settings_loader)
+    add_progress_argument(replicate)
+    replicate.add_argument(
+        "--once", action="store_true", help="one pass of the director and workers, then exit"
+    )
+    replicate.set_defaults(run=_guarded("replicate", _cmd_replicate))
+
+    copies = leaves.add_parser(
+        "copies", help="where each file's copies are (status per storage) and a summary"
+    )
+    _common(copies, settings_loader)
+    copies.add_argument("--json", action="store_true", help="one JSON object on standard output")
+    copies.add_argument("files", nargs="*", metavar="FILE", help="only these files (names)")
+    copies.set_defaults(run=_guarded("copies", _cmd_copies))
+
+    scrub = leaves.add_parser(
+        "scrub", help="verify copies (SHA-256), least recently verified first, time-boxed"
+    )
+    _common(scrub, settings_loader)
+    add_progress_argument(scrub)
+    scrub.add_argument(
+        "--max-duration",
+        type=_seconds,
+        metavar="SECONDS",
+        help="start no copy's verification after this many seconds (default: no limit)",
+    )
+    scrub.set_defaults(run=_guarded("scrub", _cmd_scrub))
+
 
 def add_subcommands(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -457,7 +524,8 @@ def add_subcommands(
     the other ``gateway`` commands do.
     """
     store = subparsers.add_parser(
-        "store", help="the snapshot store: add, history, check, repair, migrate"
+        "store",
+        help="the snapshot store: add, history, check, repair, migrate, replicate, copies, scrub",
     )
     leaves = store.add_subparsers(dest="store_command", required=True, metavar="COMMAND")
     add_store_commands(leaves, settings_loader=settings_loader)

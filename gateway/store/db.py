@@ -264,10 +264,15 @@ def _connect(path: Path, *, synchronous: str, access: Access) -> sqlite3.Connect
 
 
 def _schedule_scrub(conn: sqlite3.Connection, file_id: int, *, verified: bool) -> None:
-    """A closed file's verification, made in the transaction that closes it (:mod:`.scrub`)."""
+    """A closed file's background work, made in the transaction that closes it: its
+    verification (:mod:`.scrub`), and the replication director woken to copy it
+    (:mod:`.replication_jobs`)."""
+    from gateway.store.replication_jobs import write_director_wake  # imports this module
     from gateway.store.scrub import write_scrub_of_closed_file  # imports this module
 
-    write_scrub_of_closed_file(conn, file_id, datetime.now(UTC), verified=verified)
+    now = datetime.now(UTC)
+    write_scrub_of_closed_file(conn, file_id, now, verified=verified)
+    write_director_wake(conn, now)
 
 
 class IndexDB:

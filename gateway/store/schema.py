@@ -28,10 +28,15 @@ The schema after every step (``sqlite3 index.sqlite3 .schema`` shows it)::
              url, mime, status, digest, warc_date, record_id, extra)  -- step 1
     jobs_object_types, jobs_import, jobs_scrub                  -- step 3
         (the background jobs' objects: :mod:`gateway.jobs`)
-    jobs_migrate                                                -- step 4
+    copies(name, storage, sha256, status, mtime, verified_at,
+           archived, detail)                                -- step 4
+    publications(name, target, sha256, mtime, captures)     -- step 4
+    jobs_replication_director, jobs_replication_batch       -- step 4
+    jobs_migrate                                                -- step 5
         (the migrator's objects: :mod:`gateway.store.migrate_actor`)
 
-:mod:`gateway.store.db` says what each column means.
+:mod:`gateway.store.db` says what each column of ``files`` and ``captures``
+means, :mod:`gateway.store.copies` those of ``copies`` and ``publications``.
 """
 
 from __future__ import annotations
@@ -230,10 +235,128 @@ def add_jobs_tables(conn: sqlite3.Connection) -> None:
     )
 
 
-def add_migrate_table(conn: sqlite3.Connection) -> None:
-    """Step 4: the migrator's objects (:mod:`gateway.store.migrate_actor`), one per layout.
+def add_copy_status(conn: sqlite3.Connection) -> None:
+    """Step 4: the replication status of every copy, what was published, and the
+    replication's background objects (issue 13).
 
-    Written out like step 3, and held equal to the declaration by the same
+    ``copies``: one row per (file name, storage) that replication has
+    touched, with the Software Heritage archiver's status (``missing``,
+    ``ongoing``, ``present``, ``corrupted``) and ``mtime``; a closed file
+    with no row for a storage has no copy there, except on the store's own
+    ``primary``, where no row means present. ``publications``: the files
+    whose captures were published to a Redis index. Both are keyed by the
+    file's name and carry the SHA-256 they are about, so a row outlives
+    neither a change of the file's bytes nor a later file of the same name.
+    The partial index serves the scrub (least recently verified first).
+    ``jobs_replication_director`` and ``jobs_replication_batch``: the
+    objects of the director and the workers (:mod:`gateway.store.replication_jobs`).
+    """
+    conn.execute(
+        """CREATE TABLE copies (
+            name TEXT NOT NULL,
+            storage TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            status TEXT NOT NULL
+                CHECK (status IN ('missing', 'ongoing', 'present', 'corrupted')),
+            mtime REAL NOT NULL,
+            verified_at REAL,
+            archived INTEGER NOT NULL DEFAULT 0,
+            detail TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (name, storage)
+        ) WITHOUT ROWID"""
+    )
+    conn.execute("CREATE INDEX copies_unverified ON copies(verified_at) WHERE status = 'present'")
+    conn.execute(
+        """CREATE TABLE publications (
+            name TEXT NOT NULL,
+            target TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            mtime REAL NOT NULL,
+            captures INTEGER NOT NULL,
+            PRIMARY KEY (name, target)
+        ) WITHOUT ROWID"""
+    )
+    # The replication's object types (gateway.store.replication_jobs), as
+    # gateway.jobs.db.create_schema makes them at this step (a test holds them equal).
+    statements = (
+        """CREATE TABLE IF NOT EXISTS jobs_replication_director (
+            id INTEGER PRIMARY KEY,
+            status TEXT NOT NULL,
+            retry_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            last_error_at TEXT,
+            lease_owner TEXT,
+            policy TEXT NOT NULL,
+            passes INTEGER NOT NULL DEFAULT 0,
+            last_pass_at TEXT,
+            last_batches INTEGER NOT NULL DEFAULT 0,
+            last_files INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_director_due"
+        " ON jobs_replication_director(retry_at) WHERE retry_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_director_status"
+        " ON jobs_replication_director(status)",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_director_errors"
+        " ON jobs_replication_director(last_error_at) WHERE last_error_at IS NOT NULL",
+        "CREATE UNIQUE INDEX IF NOT EXISTS jobs_replication_director_policy"
+        " ON jobs_replication_director(policy)",
+        """CREATE TABLE IF NOT EXISTS jobs_replication_batch (
+            id INTEGER PRIMARY KEY,
+            status TEXT NOT NULL,
+            retry_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            last_error_at TEXT,
+            lease_owner TEXT,
+            pass_id TEXT NOT NULL,
+            file_ids TEXT NOT NULL,
+            max_rounds INTEGER NOT NULL DEFAULT 6,
+            replace_conflicts INTEGER NOT NULL DEFAULT 0,
+            rounds INTEGER NOT NULL DEFAULT 0,
+            deferred INTEGER NOT NULL DEFAULT 0,
+            files INTEGER NOT NULL DEFAULT 0,
+            outcomes TEXT NOT NULL DEFAULT '{}',
+            bytes_copied INTEGER NOT NULL DEFAULT 0,
+            problems TEXT NOT NULL DEFAULT '{}',
+            pending TEXT NOT NULL DEFAULT '[]',
+            result TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_batch_due"
+        " ON jobs_replication_batch(retry_at) WHERE retry_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_batch_status"
+        " ON jobs_replication_batch(status)",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_batch_errors"
+        " ON jobs_replication_batch(last_error_at) WHERE last_error_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_batch_pass_id"
+        " ON jobs_replication_batch(pass_id)",
+    )
+    for statement in statements:
+        conn.execute(statement)
+    conn.executemany(
+        "INSERT OR REPLACE INTO jobs_object_types (name, table_name, states, final)"
+        " VALUES (?, ?, ?, ?)",
+        [
+            ("replication_director", "jobs_replication_director", '["waiting"]', "[]"),
+            (
+                "replication_batch",
+                "jobs_replication_batch",
+                '["queued", "done", "unsafe"]',
+                '["done", "unsafe"]',
+            ),
+        ],
+    )
+
+
+#: The chain, in order; step ``n`` (from 1) brings the database to version ``n``.
+def add_migrate_table(conn: sqlite3.Connection) -> None:
+    """Step 5: the migrator's objects (:mod:`gateway.store.migrate_actor`), one per layout.
+
+    Written out like steps 3 and 4, and held equal to the declaration by the same
     test. Makes no object: the actor type's seeding does, when an
     orchestrator starts (this step stays O(1)).
     """
@@ -284,6 +407,7 @@ STEPS: Final[list[Step]] = [
     create_index_tables,
     add_file_facts,
     add_jobs_tables,
+    add_copy_status,
     add_migrate_table,
 ]
 

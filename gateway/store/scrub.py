@@ -24,6 +24,17 @@ first: files least recently verified first.
 Each file keeps ``verified_at``, its last result and its problems; a
 damaged file is logged at WARNING with the record and offset, and ``store
 repair`` mends it (the salvaged file gets an object of its own).
+
+**Copies** (issue 13 §4). When the store has its settings (``gateway serve``,
+``gateway worker``, ``gateway store scrub``), the same pass then verifies
+every ``present`` copy of the file, the primary's bytes included, against
+the file's SHA-256 (:func:`gateway.store.copy_scrub.verify_copies_of`), in
+the same time-boxed ticks (the copies verified since the pass began are
+not read again, and a copy read to the tick's deadline is read on from
+there by the actor's next tick of the file). A damaged or
+missing copy becomes ``corrupted`` or ``missing`` in the copy status and
+the replication director makes a new one from a good copy, or restores a
+damaged primary from a replica; the pass's result names them.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Final
@@ -44,14 +55,16 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
-from gateway.jobs.db import JobObject, Value, format_time, utcnow
+from gateway.jobs.db import JobObject, Value, format_time, parse_time, utcnow
 from gateway.jobs.model import ObjectType
 from gateway.jobs.settings import JobsSettings
 from gateway.store.check import Problem, compare_rows, verify_problems
+from gateway.store.copy_scrub import PartialDigests, ScrubReport, verify_copies_of
 from gateway.store.db import FileRow, IndexDB
 from gateway.store.framing import Frame, FramingError, file_format, scan_frames
 from gateway.store.indexing import RangeReader
 from gateway.store.layout import Layout
+from gateway.store.replicas import Replicas
 from gateway.store.store_actor import StoreActorType
 from gateway.store.verify import FileVerdict, drain, record_info
 
@@ -61,6 +74,7 @@ __all__ = [
     "ScrubActor",
     "verify_chunk",
     "write_scrub_backfill",
+    "write_scrub_due",
     "write_scrub_of_closed_file",
 ]
 
@@ -152,6 +166,25 @@ def write_scrub_backfill(conn: sqlite3.Connection, now: datetime) -> int:
         f"INSERT OR IGNORE INTO {SCRUB.table} (status, retry_at, created_at, updated_at,"
         " file_name) SELECT ?, ?, ?, ?, name FROM files WHERE state = 'closed'",
         (SCRUB.initial, stamp, stamp, stamp),
+    )
+    return cursor.rowcount
+
+
+def write_scrub_due(conn: sqlite3.Connection, now: datetime) -> int:
+    """Every scrub object at rest (``good`` or ``damaged``, not leased) due now, in the
+    order of its last verification; returns how many moved.
+
+    ``gateway store scrub`` asks for a pass over every file, least recently
+    verified first: each object's ``retry_at`` becomes its ``verified_at``
+    (or ``created_at``), which the queue takes oldest first. One statement;
+    it only moves ``retry_at`` earlier (a wake, as :func:`gateway.jobs.db.write_wake`).
+    """
+    stamp = format_time(now)
+    cursor = conn.execute(
+        f"UPDATE {SCRUB.table} SET retry_at = COALESCE(verified_at, created_at)"
+        " WHERE status IN ('good', 'damaged') AND lease_owner IS NULL AND retry_at > ?"
+        " AND COALESCE(verified_at, created_at) <= ?",
+        (stamp, stamp),
     )
     return cursor.rowcount
 
@@ -272,6 +305,26 @@ class ScrubActor(StoreActorType):
     backoff_base_s = 10.0
     backoff_max_s = 3600.0
 
+    _replicas: Replicas | None = None
+    #: ``gateway store scrub``: what the pass found, gathered over every tick of
+    #: this actor (the orchestrator's actors keep none), and its progress bar.
+    copy_report: ScrubReport | None = None
+    progress: Callable[[int], object] | None = None
+
+    async def on_startup(self) -> None:
+        await super().on_startup()
+        self._partials: PartialDigests = {}
+        if self.ctx.store is not None:
+            self._replicas = Replicas(self.ctx.store, self.layout)
+
+    async def on_shutdown(self) -> None:
+        try:
+            await super().on_shutdown()
+        finally:
+            if self._replicas is not None:
+                replicas, self._replicas = self._replicas, None
+                await replicas.close()
+
     @property
     def interval_s(self) -> float:
         """How long after a pass the next one is due (``scrub_interval_days``)."""
@@ -306,6 +359,8 @@ class ScrubActor(StoreActorType):
             await self._verify(obj, file)
 
     async def _verify(self, obj: JobObject, file: FileRow) -> None:
+        started_at, started = utcnow(), time.monotonic()
+        pass_started = str(obj["pass_started_at"] or format_time(started_at))
         start = int(obj["resume_offset"] or 0)
         budget = self.tick_limit_s * _BUDGET_SHARE
         chunk = await in_thread(
@@ -313,12 +368,28 @@ class ScrubActor(StoreActorType):
         )
         problems = _merge(json.loads(str(obj["pass_problems"])), chunk.problems)
         records = int(obj["pass_records"] or 0) + chunk.records
-        if not chunk.done:
+        report = self.copy_report if self.copy_report is not None else ScrubReport()
+        if chunk.done and self._replicas is not None and file.sha256 is not None:
+            found = len(report.corrupted), len(report.missing), len(report.down)
+            copies_done = await verify_copies_of(
+                self._replicas,
+                file.name,
+                file.sha256,
+                since=parse_time(pass_started).timestamp(),
+                deadline=started + budget,
+                report=report,
+                partials=self._partials,
+                progress=self.progress,
+            )
+            copy_notes = _copy_notes(report, found)
+        else:
+            copies_done, copy_notes = True, ""
+        if not (chunk.done and copies_done):
             await self.transition_scrub_verifying_to_verifying(
-                obj, chunk.next_offset, records, problems
+                obj, chunk.next_offset, records, problems, pass_started_at=pass_started
             )
             return
-        result = _summary(file.name, records, problems)
+        result = _summary(file.name, records, problems) + copy_notes
         if problems:
             logger.warning(
                 "scrub: warcs/%s is damaged: %s; run `gateway store repair`",
@@ -326,6 +397,8 @@ class ScrubActor(StoreActorType):
                 result,
                 extra={"job_type": "scrub", "job_id": obj.id, "file": file.name},
             )
+            if self.copy_report is not None:
+                self.copy_report.damaged.append((file.name, result))
             await self.transition_scrub_verifying_to_damaged(obj, records, problems, result)
         else:
             logger.debug("scrub: warcs/%s %s", file.name, result)
@@ -333,13 +406,19 @@ class ScrubActor(StoreActorType):
 
     # -------------------------------------------------------------- transitions
     async def transition_scrub_verifying_to_verifying(
-        self, obj: JobObject, resume_offset: int, records: int, problems: list[dict[str, object]]
+        self,
+        obj: JobObject,
+        resume_offset: int,
+        records: int,
+        problems: list[dict[str, object]],
+        *,
+        pass_started_at: str | None = None,
     ) -> bool:
         values: dict[str, Value] = {
             "resume_offset": resume_offset,
             "pass_records": records,
             "pass_problems": json.dumps(problems),
-            "pass_started_at": obj["pass_started_at"] or format_time(utcnow()),
+            "pass_started_at": obj["pass_started_at"] or pass_started_at or format_time(utcnow()),
         }
         return await self.transition(
             obj, "verifying", "verifying", retry_at=utcnow(), values=values
@@ -401,6 +480,16 @@ class ScrubActor(StoreActorType):
             "result": result,
             "passes": int(obj["passes"] or 0) + 1,
         }
+
+
+def _copy_notes(report: ScrubReport, before: tuple[int, int, int]) -> str:
+    """What the verification of one file's copies found: the report past the counts ``before``."""
+    damaged = [f"{place} corrupted" for _, place, _ in report.corrupted[before[0] :]]
+    damaged += [f"{place} missing" for _, place, _ in report.missing[before[1] :]]
+    down = list(report.down)[before[2] :]
+    notes = [f"copies: {', '.join(damaged)} (replication makes new ones)"] if damaged else []
+    notes += [f"not verified on {', '.join(down)} (down)"] if down else []
+    return "".join(f"; {note}" for note in notes)
 
 
 def _new_pass() -> dict[str, Value]:

@@ -23,10 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, get_args
 
-from gateway.storage.settings import RetentionPolicy, StorageSpec, check_retention
+from gateway.storage.settings import RetentionPolicy, SettingError, StorageSpec, check_retention
 from gateway.store.layout import DEFAULT_ROOT
 
-__all__ = ["DEDUP_POLICIES", "FSYNC_POLICIES", "DedupPolicy", "FsyncPolicy", "StoreSettings"]
+__all__ = [
+    "DEDUP_POLICIES",
+    "FSYNC_POLICIES",
+    "DedupPolicy",
+    "FsyncPolicy",
+    "PublishSettings",
+    "StoreSettings",
+    "check_publish",
+]
 
 #: ``keep``: every capture is written in full. ``revisit``: a capture whose
 #: payload digest equals a stored full record's is written as a revisit record
@@ -45,6 +53,81 @@ DEDUP_POLICIES: Final[tuple[DedupPolicy, ...]] = get_args(DedupPolicy)
 FSYNC_POLICIES: Final[tuple[FsyncPolicy, ...]] = get_args(FsyncPolicy)
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _split(url: str, *, form: str = "") -> tuple[str, str]:
+    """``(server URL, key)`` of a sorted set's URL; :class:`ValueError` when it is not one.
+    (:mod:`gateway.redis_keys` imports redis-py: only a config with ``publish`` pays.)"""
+    from gateway.redis_keys import server_and_key
+
+    return server_and_key(url, "", what="sorted-set", form=form)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishSettings:
+    """``store.publish``: where a fleet of gateways finds the store's captures (issue 13 §5).
+
+    - ``redis``: ``redis://[user:password@]host[:port]/db/key``, the sorted set
+      that receives every capture's CDXJ line (pywb's Redis index format,
+      score 0) once its WARC file is safe;
+    - ``storage``: the ``store.storages`` entry the fleet reads the WARC
+      files from (``resource:`` of its collections); a file is published once
+      it is safe under the retention policy *and* present there. Default:
+      the only ``s3`` storage.
+
+    Raises :class:`SettingError` naming the field.
+    """
+
+    redis: str
+    storage: str = ""
+
+    def __post_init__(self) -> None:
+        try:
+            _split(self.redis, form="redis://host:port/db/key")
+        except ValueError as exc:
+            raise SettingError("redis", str(exc)) from exc
+
+    @property
+    def server_url(self) -> str:
+        """``redis://host:port/db`` (what :meth:`SharedClients.redis` pools by)."""
+        return _split(self.redis)[0]
+
+    @property
+    def key(self) -> str:
+        """The sorted set's key."""
+        return _split(self.redis)[1]
+
+    @property
+    def target(self) -> str:
+        """The sorted set named for logs and the ``publications`` table, password masked."""
+        from gateway.redis_keys import redact
+
+        return f"{redact(self.server_url)}/{self.key}"
+
+
+def check_publish(
+    publish: PublishSettings | None, storages: Mapping[str, StorageSpec]
+) -> PublishSettings | None:
+    """``publish`` with its ``storage`` resolved; :class:`SettingError` when it names
+    no configured storage or none can be chosen."""
+    if publish is None:
+        return None
+    if publish.storage:
+        if publish.storage not in storages:
+            raise SettingError(
+                "storage",
+                f"{publish.storage!r} is not one of store.storages "
+                f"({', '.join(storages) or 'none configured'})",
+            )
+        return publish
+    s3 = [name for name, spec in storages.items() if spec.type == "s3"]
+    if len(s3) != 1:
+        raise SettingError(
+            "storage",
+            "missing: name the storage the other gateways read the WARC files from "
+            f"({len(s3)} s3 storages are configured: {', '.join(s3) or 'none'})",
+        )
+    return PublishSettings(redis=publish.redis, storage=s3[0])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +159,8 @@ class StoreSettings:
     - ``retention``: how many copies make a file safe (``store.retention``,
       :class:`~gateway.storage.settings.RetentionPolicy`); it may not ask
       for more copies than the primary and ``storages`` hold.
+    - ``publish``: the Redis index a fleet of gateways serves the store's
+      captures from (``store.publish``, :class:`PublishSettings`), or None.
     """
 
     root: str = DEFAULT_ROOT
@@ -88,6 +173,7 @@ class StoreSettings:
     max_batch_captures: int = 64
     storages: Mapping[str, StorageSpec] = field(default_factory=dict)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    publish: PublishSettings | None = None
 
     def __post_init__(self) -> None:
         if not self.root:
@@ -110,6 +196,8 @@ class StoreSettings:
         if self.max_batch_captures < 1:
             raise ValueError(f"max_batch_captures: {self.max_batch_captures} is below 1")
         check_retention(self.retention, self.storages)
+        if self.publish is not None and not self.publish.storage:
+            raise ValueError("publish: its storage must be resolved first (check_publish)")
 
     @property
     def root_path(self) -> Path:

@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal, Self
+from typing import TYPE_CHECKING, Final, Literal, Self
 
 from gateway.cdxj import CdxRecord
 from gateway.query import CaptureQuery
@@ -52,6 +52,9 @@ from gateway.store.settings import StoreSettings
 from gateway.store.verify import Progress
 from gateway.store.warcfile import FaultInjector
 from gateway.store.writer import StoreWriter, WriteStats
+
+if TYPE_CHECKING:
+    from gateway.store.replicas import ReplicaLocation, Replicas
 
 __all__ = ["Store", "StoreMode"]
 
@@ -83,6 +86,7 @@ class Store:
         self._db = db
         self.reader = StoreReader(layout.db_path)
         self._writer = writer
+        self._replicas: Replicas | None = None
         self._closed = False
 
     @property
@@ -169,6 +173,8 @@ class Store:
         try:
             if self._writer is not None:
                 await self._writer.close()
+            if self._replicas is not None:
+                await self._replicas.close()
         finally:
             self.reader.close()
             self._db.close()
@@ -220,6 +226,24 @@ class Store:
         if not file.open:
             places.extend(self.layout.candidates(file))
         return places
+
+    @property
+    def replicas(self) -> Replicas:
+        """The replication context: copy status, storages, reads from replicas
+        (:mod:`gateway.store.replicas`); made on first use, closed with the store."""
+        self._check_open()
+        if self._replicas is None:
+            from gateway.store.replicas import Replicas
+
+            self._replicas = Replicas(self.settings, self.layout)
+        return self._replicas
+
+    def replica_locations(self, filename: str) -> list[ReplicaLocation]:
+        """Where to read ``filename`` when its place at the primary fails: each
+        storage's copy, tried only then (none without ``store.storages``)."""
+        if not self.settings.storages:
+            return []
+        return self.replicas.locations(filename)
 
     # --------------------------------------------------------------- recording
     async def submit(self, capture: CaptureInput) -> asyncio.Future[CaptureAck]:

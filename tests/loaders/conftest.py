@@ -17,6 +17,8 @@
     scaffolding standing in for the collection's index lookup).
 ``clients``
     started :class:`SharedClients` (one aiohttp session), closed afterwards.
+``loader_bucket``
+    a bucket of the session's SeaweedFS for the S3 entries of the contract suite.
 
 :func:`load_all` loads a capture and drains its body; :func:`capture` finds
 one capture of the index by filename and offset.
@@ -38,6 +40,7 @@ from warcio.warcwriter import WARCWriter
 
 from gateway.cdxj import CdxRecord, canonical_urlkey
 from gateway.loaders.base import FindOriginal, LoadContext, LoadedRecord, ResourceLoader
+from tests.storage.seaweedfs import SeaweedFS, run_in_thread
 
 #: Sample files that no sample index covers, indexed by cdxj-indexer here.
 UNINDEXED_SAMPLES = (
@@ -317,3 +320,14 @@ def peak_rss_growth() -> Iterator[Callable[[], int]]:
         pytest.skip("cannot reset the peak RSS (/proc/self/clear_refs not writable)")
     start = status("VmRSS")
     yield lambda: status("VmHWM") - start
+
+
+#: The SeaweedFS bucket the S3 entries of the loader contract suite read from.
+LOADER_BUCKET = "contract-loaders"
+
+
+@pytest.fixture(scope="session")
+def loader_bucket(seaweedfs: SeaweedFS) -> str:
+    """:data:`LOADER_BUCKET`, created once per session (each entry uses a prefix of its own)."""
+    run_in_thread(seaweedfs.create_bucket(LOADER_BUCKET))
+    return LOADER_BUCKET

@@ -66,7 +66,9 @@ no entry here.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
@@ -86,7 +88,10 @@ from gateway.loaders.resolvers import resolver_config_from_shorthand
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.query import CaptureQuery
 from gateway.sources.store import StoreRecordLoader, StoreSource
+from gateway.storage.s3 import S3Storage, S3StorageConfig
+from gateway.storage.settings import RetentionPolicy, StorageSpec
 from gateway.store import Store, StoreSettings
+from gateway.store.replication import run_pass
 from tests.conftest import free_port
 from tests.loaders.conftest import make_finder
 from tests.loaders.contract_support import (
@@ -115,6 +120,7 @@ from tests.loaders.contract_support import (
 from tests.loaders.live_web import live_web
 from tests.loaders.replay_archive import GZIPPED, PAYLOAD, replay_archive_app
 from tests.sources.redis_support import delete_prefix, redis_client, unique_prefix
+from tests.storage.seaweedfs import SeaweedFS
 from tests.store.store_support import warc_files
 
 #: (urlkey, timestamp) of the sample captures loaded: a small response, its
@@ -209,8 +215,8 @@ async def broken_warc_redis(env: LoaderEnv) -> Built:
     return _warc_built(env, _warc_loader(env, location))
 
 
-async def _store_built(env: LoaderEnv, folder: str) -> tuple[Store, Built]:
-    store = await Store.open(StoreSettings(root=str(env.tmp_path / folder), fsync="never"))
+async def _store_built(env: LoaderEnv, settings: StoreSettings) -> tuple[Store, Built]:
+    store = await Store.open(settings)
     env.add_cleanup(store.close)
     for name in CONTRACT_WARCS:
         await store.add_warc(env.warcs / name)
@@ -221,15 +227,85 @@ async def _store_built(env: LoaderEnv, folder: str) -> tuple[Store, Built]:
     return store, Built(loader, own, other_member(own) + no_file(), make_finder(index))
 
 
+def _store_settings(env: LoaderEnv, folder: str) -> StoreSettings:
+    return StoreSettings(root=str(env.tmp_path / folder), fsync="never")
+
+
 async def build_store(env: LoaderEnv) -> Built:
-    return (await _store_built(env, "store"))[1]
+    return (await _store_built(env, _store_settings(env, "store")))[1]
 
 
 async def broken_store(env: LoaderEnv) -> Built:
-    store, built = await _store_built(env, "broken-store")
+    store, built = await _store_built(env, _store_settings(env, "broken-store"))
     for path in warc_files(store.warc_dir):
         path.unlink()  # the index still names them
     return built
+
+
+async def _s3_upload(env: LoaderEnv, names: tuple[str, ...]) -> S3StorageConfig:
+    """A fresh prefix of the loader bucket holding ``names`` from the sample archive."""
+    s3: SeaweedFS = env.fixture("s3_env")
+    config = S3StorageConfig(
+        bucket=env.fixture("loader_bucket"), endpoint=s3.endpoint, prefix=f"{uuid.uuid4().hex}/"
+    )
+    storage = await S3Storage.open("upload", config)
+    try:
+        for name in names:
+            data = (env.warcs / name).read_bytes()
+            await storage.put(
+                name, _pieces(data), size=len(data), sha256=hashlib.sha256(data).hexdigest()
+            )
+    finally:
+        await storage.close()
+    return config
+
+
+async def _pieces(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def _s3_loader(env: LoaderEnv, config: S3StorageConfig) -> WarcLoader:
+    location = f"s3+{config.endpoint}/{config.bucket}/{config.prefix}"
+    return _warc_loader(env, location)
+
+
+async def build_warc_s3(env: LoaderEnv) -> Built:
+    return _warc_built(env, _s3_loader(env, await _s3_upload(env, CONTRACT_WARCS)))
+
+
+async def broken_warc_s3(env: LoaderEnv) -> Built:
+    return _warc_built(env, _s3_loader(env, await _s3_upload(env, ())))
+
+
+async def _replicated_store(env: LoaderEnv, folder: str, *, replicate: bool) -> Built:
+    """A store whose files are replicated to S3 (or not), then lost at the primary."""
+    s3: SeaweedFS = env.fixture("s3_env")
+    config = S3StorageConfig(
+        bucket=env.fixture("loader_bucket"), endpoint=s3.endpoint, prefix=f"{uuid.uuid4().hex}/"
+    )
+    spec = StorageSpec(type="s3", config=config, path="store.storages.s3")
+    settings = StoreSettings(
+        root=str(env.tmp_path / folder),
+        fsync="never",
+        storages={"s3": spec},
+        retention=RetentionPolicy(copies=2),
+    )
+    store, built = await _store_built(env, settings)
+    if replicate:
+        report = await run_pass(store.replicas)
+        assert report.ok, report
+        assert report.outcomes == {"copied": len(CONTRACT_WARCS)}, report
+    for path in warc_files(store.warc_dir):
+        path.unlink()  # every record now loads from S3
+    return built
+
+
+async def build_store_replica(env: LoaderEnv) -> Built:
+    return await _replicated_store(env, "store", replicate=True)
+
+
+async def broken_store_replica(env: LoaderEnv) -> Built:
+    return await _replicated_store(env, "broken-store", replicate=False)
 
 
 def _replay_loader(env: LoaderEnv) -> ReplayLoader:
@@ -321,7 +397,11 @@ LOADER_KINDS: Final[dict[str, Kind]] = {
         WarcLoader, build_warc_path_index, broken_warc_path_index, ArchiveFileNotFound
     ),
     "warc-redis": Kind(WarcLoader, build_warc_redis, broken_warc_redis, ArchiveFileNotFound),
+    "warc-s3": Kind(WarcLoader, build_warc_s3, broken_warc_s3, ArchiveFileNotFound),
     "store": Kind(StoreRecordLoader, build_store, broken_store, ArchiveFileNotFound),
+    "store-replica": Kind(
+        StoreRecordLoader, build_store_replica, broken_store_replica, ArchiveFileNotFound
+    ),
     "replay": Kind(ReplayLoader, build_replay, broken_replay, UpstreamUnreachable),
     "replay-pywb": Kind(
         ReplayLoader, build_replay_pywb, broken_replay_pywb, UpstreamStatusError, peer=True

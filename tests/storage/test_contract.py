@@ -189,6 +189,44 @@ async def test_range_reads(storage: Storage) -> None:
         await storage.digest("missing.warc.gz")
 
 
+async def _read_opened(storage: Storage, name: str, offset: int, length: int | None) -> bytes:
+    reader = await storage.open_range(name, offset, length)
+    try:
+        pieces = []
+        while piece := await reader.read(100_000):
+            assert len(piece) <= 100_000
+            pieces.append(piece)
+        assert await reader.read(10) == b""
+        return b"".join(pieces)
+    finally:
+        reader.close()
+        reader.close()  # twice is allowed
+
+
+async def test_opened_ranges(storage: Storage) -> None:
+    data = blob(3_000_000)
+    await storage.put(NAME, chunks(data), size=len(data), sha256=sha256_hex(data))
+    for offset, length in [(0, 1), (1_234_567, 1_500_000), (2_999_999, 1), (100, 0), (5, None)]:
+        end = None if length is None else offset + length
+        assert await _read_opened(storage, NAME, offset, length) == data[offset:end]
+    assert await _read_opened(storage, NAME, len(data), None) == b""
+    assert await _read_opened(storage, NAME, len(data), 0) == b""
+    reader = await storage.open_range(NAME, 10, 1_000_000)
+    assert await reader.read(10) == data[10:20]
+    reader.close()  # mid-range: the file or connection is let go
+    assert await reader.read(10) == b""
+    if reader.read_blocking is not None:
+        blocking = await storage.open_range(NAME, 7, 3)
+        assert await asyncio.to_thread(blocking.read_blocking, 100) == data[7:10]  # type: ignore[arg-type]
+        blocking.close()
+    with pytest.raises(RangeNotSatisfiable):
+        await _read_opened(storage, NAME, 2_999_990, 11)
+    with pytest.raises(RangeNotSatisfiable):
+        await _read_opened(storage, NAME, 3_000_001, None)
+    with pytest.raises(ObjectNotFound):
+        await storage.open_range("missing.warc.gz", 0, 10)
+
+
 async def test_a_range_read_can_stop_early(storage: Storage) -> None:
     data = blob(4_000_000)
     await storage.put(NAME, chunks(data), size=len(data), sha256=sha256_hex(data))

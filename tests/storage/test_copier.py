@@ -5,6 +5,7 @@ every storage type; sources a local directory and SeaweedFS."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
@@ -14,6 +15,7 @@ import pytest
 from gateway.storage import Storage
 from gateway.storage.copier import RetryPolicy, copy_file
 from gateway.storage.errors import ObjectNotFound
+from gateway.storage.integrity import check_for
 from gateway.storage.local import LocalStorage, LocalStorageConfig
 from tests.storage.conftest import PART_BYTES, blob, chunks, open_s3, read_all, sha256_hex
 from tests.storage.seaweedfs import SeaweedFS
@@ -112,6 +114,40 @@ async def test_source_corrupt_is_not_copied(source: LocalStorage, storage: Stora
     assert "more than the declared" in longer.detail
     with pytest.raises(ObjectNotFound):
         await storage.stat(NAME)
+
+
+async def test_every_gzip_member_must_inflate(source: LocalStorage, storage: Storage) -> None:
+    """A file whose SHA-256 is the declared one (damaged before it was recorded) is still
+    refused when one of its gzip members does not inflate; nothing is published."""
+    members = [gzip.compress(blob(200_000, seed=n)) for n in range(6)]
+    whole = b"".join(members)
+    await _stored(source, whole)
+    good = await copy_file(
+        source,
+        storage,
+        NAME,
+        size=len(whole),
+        sha256=sha256_hex(whole),
+        check=lambda: check_for(source.name, NAME),
+    )
+    assert good.outcome == "copied"
+    damaged = bytearray(whole)
+    damaged[len(members[0]) + len(members[1]) // 2] ^= 0x01  # inside the second member
+    other = "gateway-20250301120000-00008.warc.gz"
+    await _stored(source, bytes(damaged), other)
+    done = await copy_file(
+        source,
+        storage,
+        other,
+        size=len(damaged),
+        sha256=sha256_hex(bytes(damaged)),
+        check=lambda: check_for(source.name, other),
+    )
+    assert done.outcome == "source_corrupt"
+    assert done.source_status == "corrupted"
+    assert f"the gzip member at byte {len(members[0])} does not inflate" in done.detail
+    with pytest.raises(ObjectNotFound):
+        await storage.stat(other)
 
 
 async def test_concurrent_copiers_of_one_file(source: LocalStorage, storage: Storage) -> None:

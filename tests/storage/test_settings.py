@@ -1,5 +1,5 @@
-"""``store.storages`` and ``store.retention`` in collections.yaml: parsed into typed
-settings, every mistake a ConfigError naming its YAML path."""
+"""``store.storages``, ``store.retention`` and ``store.publish`` in collections.yaml:
+parsed into typed settings, every mistake a ConfigError naming its YAML path."""
 
 from __future__ import annotations
 
@@ -123,3 +123,47 @@ def test_check_config_lists_the_storages(
     assert "store storages (retention: 2 copies, the primary included)" in out
     assert "  backup: local directory /mnt/backup/warcs" in out
     assert "  s3: S3 bucket 'warcs', prefix 'gateway/' at http://127.0.0.1:8333 (us-east-1)" in out
+    config.write_text(
+        ISSUE_EXAMPLE + "  publish: {redis: 'redis://127.0.0.1:6379/0/a:cdxj'}\n"
+        "collections: {stored: $store}\n",
+        "utf-8",
+    )
+    assert main(["check-config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "store publish: safe files' captures to redis 127.0.0.1:6379/0/a:cdxj, " in out
+
+
+def test_publish_settings() -> None:
+    store = parse_config(
+        ISSUE_EXAMPLE + "  publish: {redis: 'redis://:pw@127.0.0.1:6379/0/a:cdxj'}"
+    ).store
+    assert store.publish is not None
+    assert store.publish.storage == "s3"  # the only s3 storage
+    assert (store.publish.server_url, store.publish.key) == (
+        "redis://:pw@127.0.0.1:6379/0",
+        "a:cdxj",
+    )
+    assert store.publish.target == ":***@127.0.0.1:6379/0/a:cdxj"
+
+
+@pytest.mark.parametrize(
+    ("publish", "path", "message"),
+    [
+        ("{redis: 'redis://127.0.0.1:6379/0'}", "store.publish.redis", "no sorted-set key"),
+        ("{redis: 'redis://h/0/k', storage: nope}", "store.publish.storage", "not one of"),
+        ("{redis: 'redis://h/0/k', stor: s3}", "store.publish.stor", "unknown key"),
+        ("{}", "store.publish.redis", "missing required key"),
+    ],
+)
+def test_publish_mistakes_name_their_yaml_path(publish: str, path: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(ISSUE_EXAMPLE + f"  publish: {publish}")
+    assert caught.value.path == path
+    assert message in caught.value.problem
+
+
+def test_publish_needs_a_storage_to_read_from() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config("store: {publish: {redis: 'redis://h/0/k'}}")
+    assert caught.value.path == "store.publish.storage"
+    assert "0 s3 storages are configured" in caught.value.problem

@@ -14,14 +14,11 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
 import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from gateway.store.check import check_store
 from gateway.store.layout import Layout
@@ -33,26 +30,6 @@ REPO: Final = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S: Final = 60.0
 
 Proc = asyncio.subprocess.Process
-
-
-@pytest.fixture
-async def live_web() -> AsyncIterator[str]:
-    """The live web on 127.0.0.1: ``/page/N`` answers a page unique to N."""
-
-    async def page(request: web.Request) -> web.Response:
-        number = request.match_info["n"]
-        return web.Response(
-            text=f"<html>live page {number} " + "x" * 2000, content_type="text/html"
-        )
-
-    app = web.Application()
-    app.router.add_get("/page/{n}", page)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        await server.close()
 
 
 async def _gateway(*args: str) -> Proc:

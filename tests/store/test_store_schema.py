@@ -153,8 +153,11 @@ def _old_index(path: Path, files: int) -> None:
     conn.close()
 
 
-def _run(path: Path, kill_after_s: float | None) -> bool:
-    """Run the migrator; SIGKILL it after ``kill_after_s``; True when it finished."""
+def _run(path: Path, kill_after_s: float | None) -> tuple[bool, float]:
+    """Run the migrator; SIGKILL it ``kill_after_s`` after its "migrating" line.
+
+    Returns whether it finished, and the seconds from that line to its exit.
+    """
     proc = subprocess.Popen(
         [sys.executable, "-c", _MIGRATOR, str(path)],
         cwd=REPO,
@@ -163,11 +166,27 @@ def _run(path: Path, kill_after_s: float | None) -> bool:
     )
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"migrating\n"
+    started = time.monotonic()
     if kill_after_s is not None:
         time.sleep(kill_after_s)
         proc.send_signal(signal.SIGKILL)
     out, _ = proc.communicate(timeout=120)
-    return proc.returncode == 0 and out == b"done\n"
+    return proc.returncode == 0 and out == b"done\n", time.monotonic() - started
+
+
+def _migration_s(path: Path) -> float:
+    """Seconds a whole migration of a fresh old index takes here, now (median of 3)."""
+    times = []
+    for _ in range(3):
+        for leftover in path.parent.glob(path.name + "*"):
+            leftover.unlink()
+        _old_index(path, 8_000)
+        finished, seconds = _run(path, None)
+        assert finished
+        times.append(seconds)
+    for leftover in path.parent.glob(path.name + "*"):
+        leftover.unlink()
+    return sorted(times)[1]
 
 
 @pytest.mark.timeout(600)
@@ -177,6 +196,9 @@ def test_sigkill_during_migration_at_random_moments(tmp_path: Path) -> None:
     print(f"schema kill test seed: {seed}")
     path = tmp_path / "index.sqlite3"
     final = SCHEMA_VERSION + 1
+    # Kill moments spread over what a migration takes on this machine under
+    # its present load (a fixed window missed every step on a busy machine).
+    window_s = _migration_s(path)
     seen: list[int] = []
     # 16 rounds, and more (up to 48) until kills have landed in two steps at
     # least: how far a migration gets in a given time depends on the load.
@@ -185,7 +207,7 @@ def test_sigkill_during_migration_at_random_moments(tmp_path: Path) -> None:
             break
         if not path.exists():
             _old_index(path, 8_000)
-        finished = _run(path, rng.uniform(0.0, 0.35))
+        finished, _ = _run(path, rng.uniform(0.0, window_s))
         conn = _connect(path)
         version = schema_version(conn)
         seen.append(version)
@@ -200,7 +222,7 @@ def test_sigkill_during_migration_at_random_moments(tmp_path: Path) -> None:
                 leftover.unlink()
     if not path.exists():
         _old_index(path, 8_000)
-    assert _run(path, None), f"seed {seed}: the last run did not finish the migration"
+    assert _run(path, None)[0], f"seed {seed}: the last run did not finish the migration"
     conn = _connect(path)
     assert schema_version(conn) == final
     (wrong,) = conn.execute("SELECT COUNT(*) FROM files WHERE checked != id * 2").fetchone()

@@ -1,0 +1,512 @@
+"""The director and the workers: every closed WARC file in as many verified copies as
+the retention policy asks (issue 13 §3), after the Software Heritage archiver.
+
+**Director** (:func:`director_batches`): lists the closed files with fewer
+*safe* copies than ``retention.copies`` (``present``, or ``ongoing`` for less
+than ``archival_max_age_s``; the primary included) in batches of
+``batch_size`` file ids, ascending, each read afresh once the previous one
+is done (:func:`gateway.store.copies.read_files_needing_copies`).
+
+**Worker** (:func:`replicate_batch`), for one batch:
+
+1. re-reads each file's copies (another worker may have made them
+   meanwhile) and plans what it still needs (:func:`plan_file`): the
+   destinations are the places without a safe copy, chosen at random
+   (the primary first when the store's own copy of a file it wrote is lost
+   or damaged: it is always restored), each with a source chosen at random
+   among the places holding a ``present`` copy; a place whose object under
+   the name has other bytes that the archiver never wrote is left alone
+   (append-only) unless ``replace_conflicts``;
+2. groups the copies by (source, destination) pair;
+3. claims each copy by marking it ``ongoing`` with the batch's ``mtime``
+   (a compare-and-swap on the row it read: a copy another worker claimed is
+   skipped);
+4. runs the copies, ``parallel_copies`` at once, through the copier
+   (:func:`gateway.storage.copier.copy_file`: the source read once, every
+   gzip member inflated and the SHA-256 checked on the way, create-only
+   verified puts, transient failures retried with backoff and jitter), or
+   through :func:`gateway.store.primary.restore_primary` for the primary;
+5. records each outcome: a verified copy becomes ``present`` with the
+   batch's ``mtime``; an object of other bytes found at the destination
+   ``corrupted`` (reported, left as it is); a source whose bytes turn out
+   wrong (SHA-256, a gzip member) ``corrupted`` there, a source that lost the
+   file ``missing`` (the destination's claim is given back, and a later
+   pass copies from another source); a copy that failed otherwise stays
+   ``ongoing`` with the reason, and counts as present until
+   ``archival_max_age_s`` has passed, when the director lists the file again
+   (the blueprint's way of retrying, also what a worker killed mid-copy
+   leaves behind).
+
+A file that cannot be made safe in a pass (no good copy left, too few places
+that can take one, a failing storage) is reported with the reason
+(:class:`ReplicationReport`); the command exits non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from gateway.storage.copier import CopyOutcome, CopyResult, RetryPolicy, copy_file
+from gateway.storage.errors import ObjectNotFound, StorageError
+from gateway.storage.integrity import check_for
+from gateway.storage.settings import PRIMARY
+from gateway.store.copies import (
+    CopyRow,
+    CopyStatus,
+    FileCopies,
+    read_file_copies,
+    read_files_needing_copies,
+    write_copy_claim,
+    write_copy_present,
+    write_copy_release,
+    write_copy_status,
+)
+from gateway.store.db import OWNED_ORIGINS
+from gateway.store.primary import restore_primary
+from gateway.store.recovery import file_sha256
+from gateway.store.replicas import Replicas
+from gateway.store.verify import verify_file
+
+__all__ = [
+    "CopyPlan",
+    "FilePlan",
+    "ReplicationReport",
+    "adopt_sha256",
+    "director_batches",
+    "plan_file",
+    "replicate_batch",
+    "retry_copies",
+    "run_pass",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The copier's retries of transient failures (4 attempts, backoff with full jitter).
+DEFAULT_RETRY: Final = RetryPolicy()
+#: Outcomes after which the destination holds a verified copy.
+_DONE: Final = frozenset({"copied", "already_present", "replaced"})
+
+
+@dataclass(frozen=True, slots=True)
+class CopyPlan:
+    """One copy to make: ``file`` from ``source`` to ``destination``.
+
+    ``seen`` is the destination's row as the worker read it (None: no row),
+    the claim's compare-and-swap; ``replace``: the destination holds an
+    object under the name that may be replaced (a copy the archiver made
+    that was found damaged, or ``replace_conflicts``).
+    """
+
+    file: FileCopies
+    source: str
+    destination: str
+    seen: CopyRow | None
+    replace: bool = False
+
+
+@dataclass(slots=True)
+class FilePlan:
+    """What one file needs: its copies to make, or why it cannot be made safe."""
+
+    file: FileCopies
+    copies: list[CopyPlan] = field(default_factory=list)
+    problem: str | None = None
+
+
+def plan_file(
+    file: FileCopies,
+    places: Sequence[str],
+    wanted: int,
+    cutoff: float,
+    rng: random.Random,
+    *,
+    replace_conflicts: bool = False,
+) -> FilePlan:
+    """Plan the copies ``file`` needs to have ``wanted`` safe ones among ``places``
+    (see the module docstring, step 1); an empty plan when it has them."""
+    plan = FilePlan(file)
+    if file.sha256 is None:
+        plan.problem = (
+            "no SHA-256 recorded (a file of an older release) and it failed its verification "
+            "or could not be read: run `gateway store check`"
+        )
+        return plan
+    status = {place: file.status(place, cutoff) for place in places}
+    safe = [p for p in places if status[p] in ("present", "ongoing")]
+    sources = [p for p in places if status[p] == "present"]
+    need = wanted - len(safe)
+    destinations: list[str] = []
+    notes: list[str] = []
+    if status[PRIMARY] in ("missing", "corrupted"):
+        if file.origin in OWNED_ORIGINS:
+            destinations.append(PRIMARY)  # always restored, whatever the count
+        else:
+            notes.append(
+                f"its primary copy is {status[PRIMARY]}, and the store did not write this file "
+                "(origin found): it never rewrites it; restore it by hand"
+            )
+    candidates: list[str] = []
+    for place in places:
+        if place == PRIMARY or status[place] in ("present", "ongoing"):
+            continue
+        row = file.copies.get(place)
+        conflict = status[place] == "corrupted" and row is not None and not row.archived
+        if conflict and not replace_conflicts:
+            detail = row.detail if row is not None else ""
+            notes.append(
+                f"{place} holds another object under the name ({detail}); it is left "
+                "as it is: `gateway store repair --replace-copies` replaces it"
+            )
+            continue
+        candidates.append(place)
+    rng.shuffle(candidates)
+    destinations += candidates[: max(0, need - len(destinations))]
+    if not destinations:
+        if need > 0:
+            plan.problem = f"{len(safe)} of {wanted} copies, and no place can take another: " + (
+                "; ".join(notes) or "every place holds a copy or is taking one"
+            )
+        return plan
+    if not sources:
+        described = ", ".join(f"{place} {status[place]}" for place in places)
+        plan.problem = f"no good copy left to copy from ({described})"
+        return plan
+    for destination in destinations:
+        row = file.copies.get(destination)
+        replace = row is not None and row.status == "corrupted"
+        plan.copies.append(CopyPlan(file, rng.choice(sources), destination, row, replace=replace))
+    if len(safe) + len(destinations) < wanted:
+        plan.problem = (
+            f"at most {len(safe) + len(destinations)} of {wanted} copies can be made: "
+            + ("; ".join(notes) or "too few places")
+        )
+    return plan
+
+
+@dataclass(slots=True)
+class ReplicationReport:
+    """What a pass did: copies by outcome, bytes copied, files that are not safe and why.
+
+    ``unsafe`` maps a file name to the reasons it was not made safe in this
+    pass; ``retry`` holds the copies that failed transiently (their claim
+    stays ``ongoing``), for a caller that tries them again itself;
+    ``deferred`` counts the copies not started (not even claimed) because
+    the worker's ``deadline`` had passed.
+    """
+
+    files: int = 0
+    deferred: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    bytes_copied: int = 0
+    unsafe: dict[str, list[str]] = field(default_factory=dict)
+    retry: list[tuple[CopyPlan, float]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.unsafe
+
+    def count(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def problem(self, name: str, why: str) -> None:
+        self.unsafe.setdefault(name, []).append(why)
+
+    def add(self, other: ReplicationReport) -> None:
+        self.files += other.files
+        for outcome, n in other.outcomes.items():
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
+        self.bytes_copied += other.bytes_copied
+        self.deferred += other.deferred
+        for name, whys in other.unsafe.items():
+            self.unsafe.setdefault(name, []).extend(whys)
+        self.retry.extend(other.retry)
+
+
+async def director_batches(replicas: Replicas) -> AsyncIterator[list[int]]:
+    """The director: batches of ``batch_size`` ids of files that need copies, ascending.
+
+    Each batch is read when the previous one has been handed over (keyset
+    pagination by file id), so files closed meanwhile join the pass.
+    """
+    policy, after = replicas.policy, 0
+    while True:
+        ids = await replicas.index.call(
+            read_files_needing_copies,
+            replicas.places,
+            policy.copies,
+            replicas.cutoff(),
+            after_id=after,
+            limit=policy.batch_size,
+        )
+        if not ids:
+            return
+        yield ids
+        after = ids[-1]
+
+
+Progress = Callable[[int], object]
+
+
+async def replicate_batch(
+    replicas: Replicas,
+    ids: Sequence[int],
+    *,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    replace_conflicts: bool = False,
+    rng: random.Random | None = None,
+    progress: Progress | None = None,
+    deadline: float | None = None,
+) -> ReplicationReport:
+    """The worker: make the copies files ``ids`` need (see the module docstring).
+
+    ``progress(n)`` is called with the bytes of each copy made. A copy whose
+    turn comes after ``deadline`` (``time.monotonic()``) is not started and
+    counted in ``deferred``: the worker's tick is time-boxed, and a later
+    call plans what is left afresh. Returns what was done; raises only on
+    index failures (:class:`sqlite3.Error`) and cancellation.
+    """
+    rng = rng or random.Random()
+    mtime = time.time()
+    report = ReplicationReport()
+    files = await replicas.index.call(read_file_copies, replicas.places, ids=list(ids))
+    report.files = len(files)
+    by_pair: dict[tuple[str, str], list[CopyPlan]] = defaultdict(list)
+    for found in files:
+        replicas.rows[found.name] = found
+        file = found if found.sha256 is not None else await adopt_sha256(replicas, found)
+        plan = plan_file(
+            file,
+            replicas.places,
+            replicas.policy.copies,
+            replicas.cutoff(mtime),
+            rng,
+            replace_conflicts=replace_conflicts,
+        )
+        if plan.problem is not None:
+            report.problem(file.name, plan.problem)
+        for copy in plan.copies:
+            by_pair[(copy.source, copy.destination)].append(copy)
+    slots = asyncio.Semaphore(replicas.policy.parallel_copies)
+
+    async def run(copy: CopyPlan) -> None:
+        async with slots:
+            if deadline is not None and time.monotonic() >= deadline:
+                report.deferred += 1
+                return
+            await _claim_and_copy(replicas, copy, mtime, retry, report, progress)
+
+    async with asyncio.TaskGroup() as group:
+        for pair, copies in by_pair.items():
+            logger.debug("replicate: %d file(s) from %s to %s", len(copies), *pair)
+            for copy in copies:
+                group.create_task(run(copy))
+    return report
+
+
+async def adopt_sha256(replicas: Replicas, file: FileCopies) -> FileCopies:
+    """A file of an older release, closed without a SHA-256: verify it at the primary
+    as ``store check`` does (every record whole, its digests), and only then record
+    the SHA-256 of its bytes, which makes it replicable. Returns the file with its
+    SHA-256, or as it was (still None) when it fails its verification or cannot
+    be read; the planner then reports it."""
+
+    def adopt() -> str | None:
+        path = replicas.primary.path(file.name)
+        try:
+            verdict = verify_file(path)
+            if not verdict.ok:
+                logger.warning(
+                    "replicate: %s has no SHA-256 and fails its verification (%s); "
+                    "it is not replicated: run `gateway store check`",
+                    file.name,
+                    verdict.framing_error or "; ".join(verdict.bad_records.values()),
+                )
+                return None
+            return file_sha256(path)
+        except OSError as exc:
+            logger.warning("replicate: %s cannot be read to compute its SHA-256: %s", path, exc)
+            return None
+
+    sha256 = await asyncio.to_thread(adopt)
+    if sha256 is None:
+        return file
+    await replicas.index.call_db(lambda db: db.set_sha256(file.id, sha256))
+    logger.info("replicate: %s verified; its SHA-256 is now recorded (%s)", file.name, sha256)
+    return FileCopies(file.id, file.name, sha256, file.origin, file.fs_version, file.date)
+
+
+async def retry_copies(
+    replicas: Replicas,
+    copies: Sequence[tuple[CopyPlan, float]],
+    *,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    progress: Progress | None = None,
+) -> ReplicationReport:
+    """Try again copies of an earlier batch that failed transiently: each claim
+    (``ongoing`` since the mtime given) is still this caller's, and is renewed."""
+    report = ReplicationReport()
+    mtime = time.time()
+    slots = asyncio.Semaphore(replicas.policy.parallel_copies)
+
+    async def run(copy: CopyPlan, claimed: float) -> None:
+        ours = CopyRow(copy.file.name, copy.destination, copy.file.sha256 or "", "ongoing", claimed)
+        async with slots:
+            await _claim_and_copy(
+                replicas,
+                CopyPlan(copy.file, copy.source, copy.destination, ours, copy.replace),
+                mtime,
+                retry,
+                report,
+                progress,
+            )
+
+    async with asyncio.TaskGroup() as group:
+        for copy, claimed in copies:
+            group.create_task(run(copy, claimed))
+    return report
+
+
+async def _claim_and_copy(
+    replicas: Replicas,
+    copy: CopyPlan,
+    mtime: float,
+    retry: RetryPolicy,
+    report: ReplicationReport,
+    progress: Progress | None,
+) -> None:
+    file, destination = copy.file, copy.destination
+    sha256 = file.sha256
+    assert sha256 is not None  # planned files have one
+    won = await replicas.index.call(
+        write_copy_claim, file.name, destination, sha256, copy.seen, mtime
+    )
+    if not won:
+        report.count("claimed_elsewhere")
+        return
+    done = await _copy(replicas, copy, sha256, retry)
+    report.count(done.outcome)
+    now = time.time()
+    if done.outcome in _DONE:
+        report.bytes_copied += done.size
+        if progress is not None:
+            progress(done.size)
+        await replicas.index.call(
+            write_copy_present,
+            file.name,
+            destination,
+            sha256,
+            mtime=mtime,
+            verified_at=now,
+            detail=f"from {copy.source}: {done.verified_by or done.outcome}",
+        )
+        return
+    reason = f"{copy.source} -> {destination}: {done.outcome}: {done.detail}"
+    report.problem(file.name, reason)
+    source_status: CopyStatus | None = done.source_status
+    if done.outcome == "corrupted":
+        await replicas.index.call(
+            write_copy_status,
+            file.name,
+            destination,
+            sha256,
+            "corrupted",
+            mtime=now,
+            detail=done.detail,
+            archived=False,
+        )
+    elif source_status is not None:
+        await replicas.index.call(
+            write_copy_status,
+            file.name,
+            copy.source,
+            sha256,
+            source_status,
+            mtime=now,
+            detail=f"found {source_status} while copying to {destination}: {done.detail}",
+        )
+        back: CopyStatus = "corrupted" if copy.replace else "missing"
+        await replicas.index.call(
+            write_copy_release, file.name, destination, mtime, back, mtime=now, detail=reason
+        )
+    else:
+        # The claim stays ongoing: the copy counts as under way until archival_max_age_s,
+        # then the director lists the file again (or a caller retries it sooner).
+        await replicas.index.call(
+            write_copy_release, file.name, destination, mtime, "ongoing", mtime=mtime, detail=reason
+        )
+        if done.outcome == "retry":
+            report.retry.append((copy, mtime))
+
+
+async def _copy(replicas: Replicas, copy: CopyPlan, sha256: str, retry: RetryPolicy) -> CopyResult:
+    """Run one planned copy; storage failures become the result's outcome."""
+    name = copy.file.name
+    try:
+        source = await replicas.storage(copy.source)
+    except StorageError as exc:
+        return _failed(copy, sha256, "retry" if exc.retryable else "source_failed", str(exc))
+    if copy.destination == PRIMARY:
+        return await restore_primary(replicas.layout, copy.file, sha256=sha256, source=source)
+    try:
+        size = (await source.stat(name)).size
+    except ObjectNotFound as exc:
+        return _failed(copy, sha256, "source_missing", str(exc))
+    except StorageError as exc:
+        return _failed(copy, sha256, "retry" if exc.retryable else "source_failed", str(exc))
+    try:
+        destination = await replicas.storage(copy.destination)
+    except StorageError as exc:
+        return _failed(copy, sha256, "retry" if exc.retryable else "failed", str(exc))
+    return await copy_file(
+        source,
+        destination,
+        name,
+        size=size,
+        sha256=sha256,
+        replace=copy.replace,
+        retry=retry,
+        check=lambda: check_for(source.name, name),
+    )
+
+
+def _failed(copy: CopyPlan, sha256: str, outcome: CopyOutcome, detail: str) -> CopyResult:
+    return CopyResult(
+        name=copy.file.name,
+        source=copy.source,
+        destination=copy.destination,
+        outcome=outcome,
+        size=0,
+        sha256=sha256,
+        detail=detail,
+    )
+
+
+async def run_pass(
+    replicas: Replicas,
+    *,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    replace_conflicts: bool = False,
+    progress: Progress | None = None,
+    after_batch: Callable[[ReplicationReport], Awaitable[None]] | None = None,
+) -> ReplicationReport:
+    """One pass of the director over every file, a worker per batch, in turn.
+
+    ``after_batch(report)`` is called after each batch (the publisher, a
+    progress line). Returns the pass's report.
+    """
+    total = ReplicationReport()
+    async for ids in director_batches(replicas):
+        batch = await replicate_batch(
+            replicas, ids, retry=retry, replace_conflicts=replace_conflicts, progress=progress
+        )
+        total.add(batch)
+        if after_batch is not None:
+            await after_batch(batch)
+    return total
