@@ -94,16 +94,22 @@ async def test_sigkill_of_the_uploader_never_leaves_an_incomplete_object(
         storage = await open_s3(s3, bucket, prefix + "/")
         where = f"{s3.endpoint}/{bucket}/{prefix}"
     env = dict(os.environ)
-    killed_mid_put = 0
+    killed_mid_put = rounds = 0
+    # The window kills land in follows how long puts take here now: it
+    # shrinks after a put that finished and grows after a kill mid-put.
+    # ROUNDS kills, and more (up to three times as many) until two landed mid-put.
+    window_s = KILL_WITHIN_S[kind]
     try:
-        for round_no in range(ROUNDS):
+        while rounds < ROUNDS or (killed_mid_put < 2 and rounds < 3 * ROUNDS):
+            round_no = rounds
+            rounds += 1
             name = f"round-{round_no:02d}.warc.gz"
             size = ROUND_SIZES[round_no % 2]
             data = blob(size, seed=round_no)
             output = await asyncio.to_thread(
                 _run_driver,
                 [kind, where, name, str(size), str(round_no)],
-                rng.uniform(0.0, KILL_WITHIN_S[kind]),
+                rng.uniform(0.0, window_s),
                 env,
             )
             finished = output.strip().endswith("created")
@@ -112,13 +118,15 @@ async def test_sigkill_of_the_uploader_never_leaves_an_incomplete_object(
             except ObjectNotFound:
                 assert not finished, f"seed {seed}: a put said created, and nothing is there"
                 killed_mid_put += 1
+                window_s *= 1.2
                 continue
+            window_s *= 0.7
             assert info.size == size, f"seed {seed}, round {round_no}: incomplete object"
             assert await storage.digest(name) == sha256_hex(data), f"seed {seed}: corrupt"
-        print(f"{kind}: {killed_mid_put} of {ROUNDS} kills landed before the put was done")
+        print(f"{kind}: {killed_mid_put} of {rounds} kills landed before the put was done")
         assert killed_mid_put >= 2, f"seed {seed}: too few kills landed during a put"
         # a listing shows whole objects only, never what a killed put left
-        names = {f"round-{n:02d}.warc.gz": ROUND_SIZES[n % 2] for n in range(ROUNDS)}
+        names = {f"round-{n:02d}.warc.gz": ROUND_SIZES[n % 2] for n in range(rounds)}
         async for info in storage.iter():
             assert names.get(info.name) == info.size, f"seed {seed}: listed {info}"
         await storage.remove_leftovers(0)
