@@ -15,8 +15,9 @@ Files move lazily, never at start-up (opening a store stays O(1), see
 
 - *on write*, through :func:`ensure_current`, before the store records
   something new about a closed file (its SHA-256 recorded late, the end of a
-  close's grace period, a scrub result, a copy status), so a file that
-  changes is in the current layout first; and
+  close's grace period, a copy status: :mod:`gateway.store.replication`),
+  so a file that changes is in the current layout first (a scrub result
+  does not move a file: a move does not fit a time-boxed scrub tick); and
 - *in the background*, by ``gateway store migrate`` and the migrator
   (:mod:`gateway.store.migrator`), newest first, in batches.
 
@@ -498,7 +499,7 @@ def ensure_current(layout: Layout, db: IndexDB, file: FileRow) -> FileRow:
     """The on-write path: move ``file`` to the current layout before its row is written.
 
     Call it with the row about to change (a close's grace period ended, a
-    SHA-256 recorded, a scrub result, a copy status). A file that cannot
+    SHA-256 recorded, a copy status about to be written). A file that cannot
     move now stays where it is and the write goes ahead (a WARNING says
     why; the background migrator tries again). Returns the row afterwards;
     the same row when the file was merged into another.

@@ -50,7 +50,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from gateway.storage.copier import CopyOutcome, CopyResult, RetryPolicy, copy_file
@@ -68,7 +68,8 @@ from gateway.store.copies import (
     write_copy_release,
     write_copy_status,
 )
-from gateway.store.db import OWNED_ORIGINS
+from gateway.store.db import OWNED_ORIGINS, FileRow, IndexDB
+from gateway.store.migrations import ensure_current
 from gateway.store.primary import restore_primary
 from gateway.store.recovery import file_sha256
 from gateway.store.replicas import Replicas
@@ -281,6 +282,7 @@ async def replicate_batch(
     for found in files:
         replicas.rows[found.name] = found
         file = found if found.sha256 is not None else await adopt_sha256(replicas, found)
+        file = await _to_current_layout(replicas, file, deadline)
         plan = plan_file(
             file,
             replicas.places,
@@ -340,6 +342,40 @@ async def adopt_sha256(replicas: Replicas, file: FileCopies) -> FileCopies:
     await replicas.index.call_db(lambda db: db.set_sha256(file.id, sha256))
     logger.info("replicate: %s verified; its SHA-256 is now recorded (%s)", file.name, sha256)
     return FileCopies(file.id, file.name, sha256, file.origin, file.fs_version, file.date)
+
+
+async def _to_current_layout(
+    replicas: Replicas, file: FileCopies, deadline: float | None
+) -> FileCopies:
+    """Move ``file`` to the current layout before its copy status is written (issue 14 §3).
+
+    The on-write path of :func:`gateway.store.migrations.ensure_current`, on
+    the index thread: a file the store owns under an older layout is moved
+    (copy, fsync, verify, commit, remove) and its row returned with the new
+    ``fs_version``; replicas keep their names, so no copy changes. Past
+    ``deadline`` (``time.monotonic()``), or when the move cannot be made now
+    (busy, clash, damage, disk full: logged), the file stays where it is and
+    the background migrator moves it later. Raises only on index failures.
+    """
+    layout = replicas.layout
+    if (
+        file.fs_version == layout.current
+        or file.origin not in OWNED_ORIGINS
+        or file.sha256 is None
+        or (deadline is not None and time.monotonic() >= deadline)
+    ):
+        return file
+
+    def move(db: IndexDB) -> FileRow | None:
+        row = db.file_by_id(file.id)
+        return None if row is None or row.open else ensure_current(layout, db, row)
+
+    row = await replicas.index.call_db(move)
+    if row is None or row.name != file.name or row.fs_version == file.fs_version:
+        return file
+    moved = replace(file, fs_version=row.fs_version, date=row.date)
+    replicas.rows[moved.name] = moved
+    return moved
 
 
 async def retry_copies(
@@ -455,7 +491,12 @@ async def _copy(replicas: Replicas, copy: CopyPlan, sha256: str, retry: RetryPol
     if copy.destination == PRIMARY:
         return await restore_primary(replicas.layout, copy.file, sha256=sha256, source=source)
     try:
-        size = (await source.stat(name)).size
+        try:
+            size = (await source.stat(name)).size
+        except ObjectNotFound:
+            if copy.source != PRIMARY or not await _moved_since(replicas, copy.file):
+                raise
+            size = (await source.stat(name)).size  # at the place its row now gives
     except ObjectNotFound as exc:
         return _failed(copy, sha256, "source_missing", str(exc))
     except StorageError as exc:
@@ -474,6 +515,16 @@ async def _copy(replicas: Replicas, copy: CopyPlan, sha256: str, retry: RetryPol
         retry=retry,
         check=lambda: check_for(source.name, name),
     )
+
+
+async def _moved_since(replicas: Replicas, file: FileCopies) -> bool:
+    """Whether ``file``'s row places it elsewhere now (a layout migration moved it
+    since the worker read the row); the primary then reads it at the new place."""
+    found = await replicas.index.call(read_file_copies, replicas.places, names=[file.name])
+    if not found or (found[0].fs_version, found[0].date) == (file.fs_version, file.date):
+        return False
+    replicas.rows[file.name] = found[0]
+    return True
 
 
 def _failed(copy: CopyPlan, sha256: str, outcome: CopyOutcome, detail: str) -> CopyResult:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import sqlite3
 import tarfile
 from pathlib import Path
 from typing import Final
@@ -16,7 +17,13 @@ import pytest
 import yaml
 
 from gateway.config import load_config
+from gateway.storage.copier import RetryPolicy
 from gateway.storage.pool import StoragePool
+from gateway.storage.settings import PRIMARY
+from gateway.store.copies import read_file_copies
+from gateway.store.layout import Layout, layout_for
+from gateway.store.replicas import Replicas
+from gateway.store.replication import CopyPlan, _copy, adopt_sha256
 from tests.conftest import MakeClient
 from tests.storage.seaweedfs import SeaweedFS
 from tests.store.replication_support import (
@@ -30,7 +37,7 @@ from tests.store.replication_support import (
     s3_place,
     write_config,
 )
-from tests.store.store_support import store_path
+from tests.store.store_support import store_path, warc_files
 
 #: A store written by the release at af8b42d (see tests/store/test_store_legacy.py).
 LEGACY_STORE: Final = Path(__file__).resolve().parents[1] / "data" / "legacy-store-af8b42d.tar.gz"
@@ -240,10 +247,13 @@ def test_another_object_under_the_name_is_left_alone_unless_repair_replaces_it(
 
 def test_files_of_the_previous_release_are_verified_then_replicated(tmp_path: Path) -> None:
     """A store written by the release at af8b42d has no SHA-256 for its files: replicate
-    verifies each (every record, its digests), records its SHA-256, then copies it."""
+    verifies each (every record, its digests), records its SHA-256, moves it to the
+    current layout (its copy status is about to be written: migrate on write), then
+    copies it."""
     with tarfile.open(LEGACY_STORE) as tar:
         tar.extractall(tmp_path, filter="data")
     root = tmp_path / "clean"
+    assert {path.parent for path in warc_files(root / "warcs")} == {root / "warcs"}  # flat
     backup = local_place(tmp_path, "backup")
     config = write_config(tmp_path / "c.yaml", root, [backup], copies=2)
     before = copies_json(config)
@@ -256,4 +266,55 @@ def test_files_of_the_previous_release_are_verified_then_replicated(tmp_path: Pa
         assert hashlib.sha256(store_path(root / "warcs", name).read_bytes()).hexdigest() == sha256
         copy = Path(str(backup.spec["path"])) / name
         assert copy.read_bytes() == store_path(root / "warcs", name).read_bytes()
+    rows = _layout_rows(root)
+    current = layout_for(str(root)).current
+    for name, (origin, fs_version) in rows.items():
+        flat = store_path(root / "warcs", name).parent == root / "warcs"
+        if origin == "found":  # not the store's: never moved
+            assert (fs_version, flat) == (1, True), name
+        else:  # moved to warcs/YYYY/MM/DD/ before its copy status was written
+            assert (fs_version, flat) == (current, False), name
+    assert {origin for origin, _ in rows.values()} == {"written", "imported", "found"}
     assert copies_json(config)["summary"]["safe"] == len(files)
+    assert gateway_store(["check", "--root", str(root), "--no-progress"]).returncode == 0
+
+
+def _layout_rows(root: Path) -> dict[str, tuple[str, int]]:
+    """Each closed file's ``origin`` and ``fs_version``, by name."""
+    with sqlite3.connect(root / "index.sqlite3") as conn:
+        rows = conn.execute("SELECT name, origin, fs_version FROM files WHERE state = 'closed'")
+        return {name: (origin, fs_version) for name, origin, fs_version in rows}
+
+
+async def test_a_file_moved_after_its_row_was_read_is_copied_from_its_new_place(
+    tmp_path: Path,
+) -> None:
+    """A worker read a file's row, then a layout migration moved the file: the copy
+    reads the row again and takes the file from its new place (not "missing")."""
+    with tarfile.open(LEGACY_STORE) as tar:
+        tar.extractall(tmp_path, filter="data")
+    root = tmp_path / "clean"
+    backup = local_place(tmp_path, "backup")
+    config = write_config(tmp_path / "c.yaml", root, [backup], copies=2, jobs={"enabled": False})
+    assert copies_json(config)["summary"]["files"] > 0  # the schema brought up to date
+    replicas = Replicas(load_config(config).store, Layout(root))
+    try:
+        [read] = await replicas.index.call(
+            read_file_copies, replicas.places, names=["example.warc.gz"]
+        )
+        stale = await adopt_sha256(replicas, read)  # its SHA-256 recorded, layout 1
+        assert stale.sha256 is not None
+        assert stale.fs_version == 1
+        replicas.rows[stale.name] = stale
+        moved = await asyncio.to_thread(
+            gateway_store, ["migrate", "--root", str(root), "--no-progress"]
+        )
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        assert store_path(root / "warcs", stale.name).parent != root / "warcs"
+        plan = CopyPlan(file=stale, source=PRIMARY, destination="backup", seen=None)
+        done = await _copy(replicas, plan, stale.sha256, RetryPolicy(attempts=1))
+    finally:
+        await replicas.close()
+    assert done.outcome == "copied", done
+    copy = Path(str(backup.spec["path"])) / stale.name
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == stale.sha256
