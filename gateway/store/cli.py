@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 from gateway.errors import ConfigError
 from gateway.progress import add_progress_argument
 from gateway.store.errors import StoreError, StoreLocked
-from gateway.store.layout import DEFAULT_ROOT
+from gateway.store.layout import DEFAULT_ROOT, Layout
 
 if TYPE_CHECKING:
     from gateway.jobs.db import JobObject
@@ -97,6 +97,18 @@ def _timestamp(text: str) -> str:
 
 def _err(command: str, message: object) -> None:
     print(f"gateway store {command}: {message}", file=sys.stderr)
+
+
+def _no_store(command: str, layout: Layout) -> bool:
+    """True, after saying so on standard error, when there is no store at ``layout``.
+
+    A missing store is bad usage (exit 2), not a problem to repair: ``store add``
+    or a recording gateway creates one.
+    """
+    if layout.db_path.exists():
+        return False
+    _err(command, f"no store at {layout.root} (`gateway store add` or recording creates one)")
+    return True
 
 
 # ------------------------------------------------------------------ commands
@@ -213,8 +225,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     layout = layout_for(settings.root)
-    if not layout.db_path.exists():
-        _err("history", f"no store at {layout.root}")
+    if _no_store("history", layout):
         return 2
 
     async def run() -> int:
@@ -243,8 +254,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from gateway.store.check import check_store
     from gateway.store.layout import layout_for
 
-    settings = _settings(args)
-    report = check_store(layout_for(settings.root), progress=args.progress)
+    layout = layout_for(_settings(args).root)
+    if _no_store("check", layout):
+        return 2
+    report = check_store(layout, progress=args.progress)
     for note in report.notes:
         print(f"note: {note}")
     for problem in report.problems:
@@ -258,7 +271,10 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     from gateway.store.repair import repair_store
 
     settings = _settings(args)
-    report = repair_store(layout_for(settings.root), progress=args.progress)
+    layout = layout_for(settings.root)
+    if _no_store("repair", layout):
+        return 2
+    report = repair_store(layout, progress=args.progress)
     for line in report.recovery.describe() + report.actions:
         print(f"repair: {line}")
     for problem in report.final.problems:

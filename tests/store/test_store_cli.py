@@ -313,9 +313,16 @@ def test_check_shows_a_progress_bar(
     assert "store check: 100%" in capsys.readouterr().err
 
 
-def test_check_of_a_missing_store_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert store_cli(["check", "--root", str(tmp_path / "nothing")]) == 1
-    assert "no store" in capsys.readouterr().out
+@pytest.mark.parametrize("command", ["check", "repair"])
+def test_check_or_repair_of_a_missing_store_is_refused_and_creates_nothing(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "nothing"
+    assert store_cli([command, "--root", str(root)]) == 2  # bad usage, not a problem to repair
+    err = capsys.readouterr().err
+    assert f"gateway store {command}: no store at {root}" in err
+    assert "run `gateway store repair`" not in err  # no advice to repair nothing
+    assert not root.exists()
 
 
 def test_subcommands_register_under_gateway_store(settings: StoreSettings) -> None:
