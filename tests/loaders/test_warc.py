@@ -543,12 +543,15 @@ async def test_cancelled_while_a_worker_reads(
     fds = open_fds()
     loaded = await loader.load(record, context(finder, record.url))
 
+    reading = asyncio.Event()
+
     async def drain() -> None:
         async for _ in loaded.body:
+            reading.set()  # the next chunk is read by a worker while this task waits
             await asyncio.sleep(0)
 
     task = asyncio.create_task(drain())
-    await asyncio.sleep(0.01)
+    await reading.wait()  # not a sleep: a fast disk could serve 20 MB before it ends
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
