@@ -544,8 +544,9 @@ def write_wake(
 ) -> int:
     """Make objects due at ``when`` if they were due later: the only side effect allowed.
 
-    Final objects (``retry_at`` NULL) and objects due sooner are left as
-    they are. Returns how many moved.
+    Final objects (``retry_at`` NULL), objects due sooner and leased ones
+    (an actor works on them: their ``retry_at`` is the lease, which a wake
+    must not end) are left as they are. Returns how many moved.
     """
     wanted = tuple(ids)
     if not wanted:
@@ -553,7 +554,7 @@ def write_wake(
     moment = format_time(when)
     cursor = conn.execute(
         f"UPDATE {object_type.table} SET retry_at = ?"
-        f" WHERE id IN ({_marks(len(wanted))}) AND retry_at > ?",
+        f" WHERE id IN ({_marks(len(wanted))}) AND retry_at > ? AND lease_owner IS NULL",
         (moment, *wanted, moment),
     )
     return cursor.rowcount

@@ -118,19 +118,23 @@ def test_failure_keeps_the_error_and_backs_off_only_while_holding_the_lease(
     conn.close()
 
 
-def test_wake_only_moves_retry_at_earlier_and_never_revives_a_final_object(
+def test_wake_only_moves_retry_at_earlier_and_never_revives_a_final_object_or_ends_a_lease(
     tmp_path: Path,
 ) -> None:
     conn = connect(tmp_path / "jobs.sqlite3")
     create_schema(conn, [PROBE])
     now = utcnow()
+    leased = write_object(conn, PROBE, now, retry_at=now - timedelta(hours=2))
+    claimed = write_claim(conn, PROBE, ["queued"], now, 60.0, "actor 1")
+    assert claimed is not None and claimed.id == leased
     later = write_object(conn, PROBE, now, retry_at=now + timedelta(hours=1))
     sooner = write_object(conn, PROBE, now, retry_at=now - timedelta(hours=1))
     final = write_object(conn, PROBE, now, status="done")
-    assert write_wake(conn, PROBE, [later, sooner, final], now) == 1
+    assert write_wake(conn, PROBE, [leased, later, sooner, final], now) == 1
     assert read_object(conn, PROBE, later).retry_at == format_time(now)
     assert read_object(conn, PROBE, sooner).retry_at == format_time(now - timedelta(hours=1))
     assert read_object(conn, PROBE, final).retry_at is None
+    assert read_object(conn, PROBE, leased).retry_at == claimed.retry_at  # the lease holds
     conn.close()
 
 
