@@ -191,7 +191,7 @@ def _present(layout: Layout, db: IndexDB, source: VerifiedSource) -> ImportResul
     if file is None or file.state != "closed":
         return None
     if file.sha256 is None:  # a row of an older release: its SHA-256 is about to be written
-        file = ensure_current(layout, db, file)  # which moves it to the current layout first
+        file = ensure_current(layout, db, file).file  # which moves it to the current layout first
     sha256 = file.sha256
     path = layout.place(file)
     if sha256 is None and path.is_file():  # a file the store did not write

@@ -13,15 +13,18 @@ comes first, and records how far it got
 goes on from there. Every move commits on its own
 (:meth:`Mover.move <gateway.store.migrations.Mover.move>`: copy, verify,
 commit, remove), so a tick cut short loses nothing; the next one moves what
-is left. This follows ArchiveBox's lazy filesystem migration (a
+is left. A pass that left files behind (some were being moved by another
+process: a scrub or a replication worker moving on write) counts what is
+still in an older layout when it ends, and is ``current`` if nothing is.
+This follows ArchiveBox's lazy filesystem migration (a
 ``Snapshot.fs_version`` per row, moved on write and by ``archivebox
 update``) as an actor of :mod:`gateway.jobs`.
 
 ::
 
     moving --(a batch moved, more to go)--> moving
-    moving --> current      the pass left nothing in an older layout; checked again daily
-    moving --> waiting      files stayed (busy, name clash, damage, disk full): a new pass later
+    moving --> current      nothing is left in an older layout; checked again daily
+    moving --> waiting      files stay there (busy, name clash, damage, disk full): a new pass later
     waiting, current --> moving      the next pass starts from the newest file
     any --> superseded      a release writing a newer layout took over (its own object)
 
@@ -33,6 +36,7 @@ quarantines files a person copied in.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import threading
@@ -48,10 +52,17 @@ from gateway.jobs.settings import JobsSettings
 from gateway.store.db import Access, IndexDB
 from gateway.store.layout import Layout
 from gateway.store.migrations import Mover
-from gateway.store.migrator import MigrationReport, move_batch
+from gateway.store.migrator import WAIT_FOR_MOVER_S, MigrationReport, move_batch
 from gateway.store.store_actor import StoreActorType
 
-__all__ = ["BATCH_BUDGET_S", "MIGRATE", "MigrateActor", "Pass", "write_migrate_seed"]
+__all__ = [
+    "BATCH_BUDGET_S",
+    "MIGRATE",
+    "MigrateActor",
+    "Pass",
+    "read_migrate_object_id",
+    "write_migrate_seed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +125,14 @@ def write_migrate_seed(conn: sqlite3.Connection, fs_version: int, now: datetime)
 
 
 # ------------------------------------------------------------------------- reads
+def read_migrate_object_id(conn: sqlite3.Connection, fs_version: int) -> int | None:
+    """The id of layout ``fs_version``'s ``migrate`` object, or None before it is seeded."""
+    row = conn.execute(
+        f"SELECT id FROM {MIGRATE.table} WHERE fs_version = ?", (fs_version,)
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
 @dataclass(frozen=True, slots=True)
 class Pass:
     """What one tick did: the counts, and where the pass goes on (None: it is over)."""
@@ -147,7 +166,7 @@ def move_some(
 
     stop_at = time.monotonic() + budget_s
     report = MigrationReport(say=lambda line: logger.warning("store migrator: %s", line))
-    mover = Mover(layout, index, progress=progress)
+    mover = Mover(layout, index, progress=progress, wait_s=WAIT_FOR_MOVER_S)
 
     def stop() -> bool:
         return cancel.is_set() or (report.processed > 0 and time.monotonic() >= stop_at)
@@ -222,11 +241,15 @@ class MigrateActor(StoreActorType):
         if done.next_id is not None:
             await self.transition_migrate_moving_to_moving(obj, done.next_id, counts)
             return
+        remaining = 0
+        if counts["left_behind"]:  # some may have been moved meanwhile by another process
+            remaining = await asyncio.to_thread(self.index.count_files_to_move, self.layout.current)
         result = (
             f"{counts['processed']} processed, {counts['migrated']} migrated,"
             f" {counts['merged']} merged, {counts['left_behind']} left in an older layout"
         )
-        if counts["left_behind"]:
+        if remaining:
+            result += f" ({remaining} still there)"
             logger.warning(
                 "store migrator: pass to layout %s ended: %s; a new pass in %g s",
                 obj["fs_version"],

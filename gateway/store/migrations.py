@@ -16,8 +16,9 @@ Files move lazily, never at start-up (opening a store stays O(1), see
 - *on write*, through :func:`ensure_current`, before the store records
   something new about a closed file (its SHA-256 recorded late, the end of a
   close's grace period, a copy status: :mod:`gateway.store.replication`),
-  so a file that changes is in the current layout first (a scrub result
-  does not move a file: a move does not fit a time-boxed scrub tick); and
+  so a file that changes is in the current layout first; a scrub result
+  (:mod:`gateway.store.scrub`) moves its file within what is left of the
+  scrub's time-boxed tick (:attr:`Mover.stop`); and
 - *in the background*, by ``gateway store migrate`` and the migrator
   (:mod:`gateway.store.migrator`), newest first, in batches.
 
@@ -49,7 +50,9 @@ a copy at the new place before the commit, the old copy after it) is picked
 up by the next move of that file, or by the reconcile pass of
 ``store migrate``. A move fails cleanly on an I/O error (disk full): the
 partial copy is removed, the row is unchanged, and the file is tried again
-later. Only files the store owns (origin ``written`` or ``imported``) move;
+later. A move stopped by its caller (:attr:`Mover.stop`: a time box ran
+out) keeps its partial copy under the lock's name, as a kill does, for the
+next move to go on from. Only files the store owns (origin ``written`` or ``imported``) move;
 a ``found`` file stays where the user put it.
 
 Before its first move a row of an older release gets what it lacks: its
@@ -66,6 +69,7 @@ import errno
 import hashlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -94,14 +98,26 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _CHUNK: Final = 1 << 20
+#: How often a move waiting for another mover's lock tries it again (seconds).
+_LOCK_POLL_S: Final = 0.05
 
 #: What happened to one file: ``current`` (nothing to do), ``moved``,
 #: ``merged`` (it duplicated an older file, into which it was merged),
 #: ``skipped`` (not the store's to move, or not closed yet), and the ways a
 #: move stays undone for now: ``busy``, ``clash``, ``damaged``, ``missing``
-#: (:class:`MoveFailed`), ``failed`` (an I/O error: disk full, ...).
+#: (:class:`MoveFailed`), ``stopped`` (its caller's time ran out; the next
+#: move goes on from its partial copy), ``failed`` (an I/O error: disk full, ...).
 Outcome = Literal[
-    "current", "moved", "merged", "skipped", "busy", "clash", "damaged", "missing", "failed"
+    "current",
+    "moved",
+    "merged",
+    "skipped",
+    "busy",
+    "clash",
+    "damaged",
+    "missing",
+    "stopped",
+    "failed",
 ]
 
 
@@ -127,6 +143,10 @@ def _progress_nothing(count: int) -> None:
     return None
 
 
+def _never() -> bool:
+    return False
+
+
 class Mover:
     """Moves closed files between layouts: :meth:`move` and :meth:`relabel`.
 
@@ -134,6 +154,13 @@ class Mover:
     (:data:`~gateway.store.warcfile.FaultInjector`), called with
     ``"move_copy"`` after each chunk copied and ``"move_commit"`` before the
     commit. ``progress(n)``: ``n`` more bytes copied or read back.
+    ``stop()``: asked after each chunk copied or read back; when it says
+    True the move raises :class:`MoveFailed` (``stopped``) and keeps its
+    partial copy for the next move (a time-boxed caller: the scrub).
+    ``wait_s``: how long a move waits for another mover of the same file
+    (its lock) before it reports ``busy``; the background passes wait (a
+    move on write finishes or stops within its caller's tick), moves on
+    write do not (0). ``progress(0)`` is called while it waits.
     """
 
     def __init__(
@@ -143,11 +170,15 @@ class Mover:
         *,
         inject: FaultInjector | None = None,
         progress: Callable[[int], object] = _progress_nothing,
+        stop: Callable[[], bool] = _never,
+        wait_s: float = 0.0,
     ) -> None:
         self.layout = layout
         self.db = db
         self._inject = inject or _no_fault
         self._progress = progress
+        self.stop = stop
+        self.wait_s = wait_s
 
     def relabel(self, file: FileRow, to: int) -> FileRow:
         """Record that ``file`` is under layout ``to`` without touching it.
@@ -177,9 +208,10 @@ class Mover:
             return self.relabel(file, to)
         self.layout.make_directory(target.parent)
         temporary = target.with_name(moving_name(file.name))
-        fd = lock_staged(temporary, create=True)
+        fd = self._lock(temporary)
         if fd is None:
-            raise MoveFailed("busy", f"{file.name}: another process is moving it")
+            raise MoveFailed("busy", f"{file.name}: another mover is moving it")
+        keep_partial = False
         try:
             fresh = self.db.file_by_id(file.id)
             if fresh is None or _facts(fresh) != _facts(file):
@@ -190,12 +222,27 @@ class Mover:
                 self._forget_copy(file, target, fd)
                 raise MoveFailed("busy", f"{file.name}: its row changed meanwhile")
             _remove(source)
+        except MoveFailed as exc:
+            keep_partial = exc.kind == "stopped"
+            raise
         finally:
             # The temporary name goes while the lock is held; a partial copy with
-            # it (an error), a whole one stays linked at the target for the next try.
-            _remove(temporary, fd)
+            # it (an error), a whole one stays linked at the target for the next
+            # try. A stopped move leaves its partial copy, as a kill does.
+            if not keep_partial:
+                _remove(temporary, fd)
             os.close(fd)
         return replace(fresh, fs_version=to)
+
+    def _lock(self, temporary: Path) -> int | None:
+        """The move's lock on ``temporary``, waiting up to :attr:`wait_s` for another mover."""
+        give_up = time.monotonic() + self.wait_s
+        while (fd := lock_staged(temporary, create=True)) is None:
+            if time.monotonic() >= give_up:
+                return None
+            self._progress(0)
+            time.sleep(_LOCK_POLL_S)
+        return fd
 
     # ----------------------------------------------------------------- steps
     def _place_copy(
@@ -220,11 +267,11 @@ class Mover:
         if not source.is_file():
             raise MoveFailed("missing", f"{file.name} is not at {source}")
         resumed = self._copy(source, fd)
-        if not self._copy_matches(fd, file.sha256):
+        if not self._copy_matches(fd, file.sha256, file.name):
             if resumed:  # what a killed run left may be torn: copy it all again
                 os.ftruncate(fd, 0)
                 self._copy(source, fd)
-            if not self._copy_matches(fd, file.sha256):
+            if not self._copy_matches(fd, file.sha256, file.name):
                 if file_sha256(source) != file.sha256:
                     raise MoveFailed(
                         "damaged",
@@ -255,18 +302,23 @@ class Mover:
                 done += count
                 self._progress(count)
                 self._inject("move_copy")
+                if done < size and self.stop():
+                    raise MoveFailed("stopped", _stopped(source.name, "copied", done, size))
         os.fsync(fd)
         return resumed
 
-    def _copy_matches(self, fd: int, sha256: str) -> bool:
+    def _copy_matches(self, fd: int, sha256: str, name: str) -> bool:
         """Read the copy back from the disk (not the page cache) and compare its SHA-256."""
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         digest = hashlib.sha256()
         position = 0
+        size = os.fstat(fd).st_size
         while chunk := os.pread(fd, _CHUNK, position):
             digest.update(chunk)
             position += len(chunk)
             self._progress(len(chunk))
+            if position < size and self.stop():
+                raise MoveFailed("stopped", _stopped(name, "read back", position, size))
         return digest.hexdigest() == sha256
 
     def _forget_copy(self, file: FileRow, target: Path, fd: int) -> None:
@@ -277,6 +329,13 @@ class Mover:
             return
         if ours and self.db.file_by_id(file.id) is None:
             _remove(target)
+
+
+def _stopped(name: str, doing: str, done: int, size: int) -> str:
+    return (
+        f"{name}: the move stopped when its time ran out, {done} of {size} bytes {doing};"
+        " the next move goes on from there"
+    )
 
 
 def _facts(file: FileRow) -> tuple[object, ...]:
@@ -480,6 +539,13 @@ def migrate_file(
         for version in range(file.fs_version, layout.current):
             file = chain[version - 1](mover, file)
     except MoveFailed as exc:
+        if exc.kind == "busy":  # another mover may have finished it meanwhile
+            fresh = db.file_by_id(file.id)
+            if fresh is None:
+                return MoveResult(file, "skipped", f"{file.name}: its row went away", merged)
+            if not needs_move(layout, fresh):
+                done: Outcome = "current" if fresh.fs_version >= layout.current else "skipped"
+                return MoveResult(fresh, done, merged=merged)
         return MoveResult(file, _outcome(exc.kind), exc.message, merged)
     except OSError as exc:
         reason = exc.strerror or str(exc)
@@ -489,24 +555,32 @@ def migrate_file(
 
 
 def _outcome(kind: str) -> Outcome:
-    for outcome in ("busy", "clash", "damaged", "missing"):
+    for outcome in ("busy", "clash", "damaged", "missing", "stopped"):
         if kind == outcome:
             return outcome
     return "failed"
 
 
-def ensure_current(layout: Layout, db: IndexDB, file: FileRow) -> FileRow:
+def ensure_current(
+    layout: Layout, db: IndexDB, file: FileRow, *, mover: Mover | None = None
+) -> MoveResult:
     """The on-write path: move ``file`` to the current layout before its row is written.
 
     Call it with the row about to change (a close's grace period ended, a
-    SHA-256 recorded, a copy status about to be written). A file that cannot
-    move now stays where it is and the write goes ahead (a WARNING says
-    why; the background migrator tries again). Returns the row afterwards;
-    the same row when the file was merged into another.
+    SHA-256 recorded, a copy status about to be written, a scrub result
+    about to be recorded). A file that cannot move now stays where it is
+    and the write goes ahead (a WARNING says why, an INFO line when the
+    caller's ``mover`` stopped it; the background migrator tries again).
+    Returns the result: its ``file`` is the row afterwards, the same row
+    when the file was merged into another.
     """
-    result = migrate_file(layout, db, file)
+    result = migrate_file(layout, db, file, mover=mover)
     if result.outcome not in ("current", "moved", "merged", "skipped"):
-        logger.warning(
-            "store: %s stays in layout %d for now: %s", file.name, file.fs_version, result.detail
+        logger.log(
+            logging.INFO if result.outcome == "stopped" else logging.WARNING,
+            "store: %s stays in layout %d for now: %s",
+            file.name,
+            file.fs_version,
+            result.detail,
         )
-    return result.file
+    return result

@@ -41,6 +41,7 @@ from gateway.store.warcfile import FaultInjector
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "WAIT_FOR_MOVER_S",
     "MigrationReport",
     "move_batch",
     "open_shared",
@@ -51,6 +52,10 @@ logger = logging.getLogger(__name__)
 
 #: Files read from the index at a time by the index pass.
 DEFAULT_BATCH_SIZE: Final = 100
+#: How long the index pass waits for another mover of a file (a move on write
+#: of ``gateway serve``: it ends or stops within its tick) before it leaves the
+#: file as ``busy`` (seconds).
+WAIT_FOR_MOVER_S: Final = 30.0
 
 
 def _log(line: str) -> None:
@@ -213,7 +218,7 @@ def run_migration(
     ``"disk"`` pass. Raises :class:`StoreError` for an unknown
     ``resume_from``, and on index failures (``sqlite3.Error``).
     """
-    mover = Mover(layout, db, inject=inject, progress=progress)
+    mover = Mover(layout, db, inject=inject, progress=progress, wait_s=WAIT_FOR_MOVER_S)
     cursor: int | None = None
     if resume_from is not None:
         start = db.file_by_name(resume_from)

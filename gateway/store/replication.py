@@ -368,7 +368,7 @@ async def _to_current_layout(
 
     def move(db: IndexDB) -> FileRow | None:
         row = db.file_by_id(file.id)
-        return None if row is None or row.open else ensure_current(layout, db, row)
+        return None if row is None or row.open else ensure_current(layout, db, row).file
 
     row = await replicas.index.call_db(move)
     if row is None or row.name != file.name or row.fs_version == file.fs_version:

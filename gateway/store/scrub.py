@@ -25,6 +25,17 @@ Each file keeps ``verified_at``, its last result and its problems; a
 damaged file is logged at WARNING with the record and offset, and ``store
 repair`` mends it (the salvaged file gets an object of its own).
 
+**Migration on write** (issue 14 §3). Before a pass that found nothing
+records its result, a file the store owns under an older layout is moved
+to the current one (:func:`gateway.store.migrations.ensure_current`: copy,
+fsync, verify, commit, remove), within what is left of the tick
+(:attr:`ScrubActor.move_share` of its limit, from the tick's start). A move
+that does not fit stops at a chunk boundary and keeps its partial copy;
+the result is recorded with the file where it is ("stays in layout N for
+now") and the transition wakes the migrator (its ``migrate`` object made
+due, the only side effect), which goes on from the partial copy. A
+damaged file does not move: ``store repair`` comes first.
+
 **Copies** (issue 13 §4). When the store has its settings (``gateway serve``,
 ``gateway worker``, ``gateway store scrub``), the same pass then verifies
 every ``present`` copy of the file, the primary's bytes included, against
@@ -49,12 +60,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import IO, Final
+from typing import IO, ClassVar, Final
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
-from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
+from gateway.jobs.actors import JobContext, Wake, WorkCancelled, in_thread
 from gateway.jobs.db import JobObject, Value, format_time, parse_time, utcnow
 from gateway.jobs.model import ObjectType
 from gateway.jobs.settings import JobsSettings
@@ -64,6 +75,8 @@ from gateway.store.db import FileRow, IndexDB
 from gateway.store.framing import Frame, FramingError, file_format, scan_frames
 from gateway.store.indexing import RangeReader
 from gateway.store.layout import Layout
+from gateway.store.migrate_actor import MIGRATE, read_migrate_object_id
+from gateway.store.migrations import Mover, MoveResult, ensure_current, needs_move
 from gateway.store.replicas import Replicas
 from gateway.store.store_actor import StoreActorType
 from gateway.store.verify import FileVerdict, drain, record_info
@@ -305,7 +318,14 @@ class ScrubActor(StoreActorType):
     backoff_base_s = 10.0
     backoff_max_s = 3600.0
 
+    #: A move on write stops this far into the tick (a share of its limit, from
+    #: its start); the rest is for the write.
+    move_share: ClassVar[float] = 0.8
+
     _replicas: Replicas | None = None
+    #: A writing connection for moves on write, opened at the first (the scrub
+    #: itself only reads).
+    _writer: IndexDB | None = None
     #: ``gateway store scrub``: what the pass found, gathered over every tick of
     #: this actor (the orchestrator's actors keep none), and its progress bar.
     copy_report: ScrubReport | None = None
@@ -321,6 +341,9 @@ class ScrubActor(StoreActorType):
         try:
             await super().on_shutdown()
         finally:
+            if self._writer is not None:
+                writer, self._writer = self._writer, None
+                await asyncio.to_thread(writer.close)
             if self._replicas is not None:
                 replicas, self._replicas = self._replicas, None
                 await replicas.close()
@@ -390,6 +413,12 @@ class ScrubActor(StoreActorType):
             )
             return
         result = _summary(file.name, records, problems) + copy_notes
+        wake: tuple[Wake, ...] = ()
+        if not problems and needs_move(self.layout, file) and file.sha256 is not None:
+            note, wake = await self._to_current_layout(
+                file, started + self.tick_limit_s * self.move_share
+            )
+            result += note
         if problems:
             logger.warning(
                 "scrub: warcs/%s is damaged: %s; run `gateway store repair`",
@@ -402,7 +431,47 @@ class ScrubActor(StoreActorType):
             await self.transition_scrub_verifying_to_damaged(obj, records, problems, result)
         else:
             logger.debug("scrub: warcs/%s %s", file.name, result)
-            await self.transition_scrub_verifying_to_good(obj, records, result)
+            await self.transition_scrub_verifying_to_good(obj, records, result, wake=wake)
+
+    async def _to_current_layout(
+        self, file: FileRow, stop_at: float
+    ) -> tuple[str, tuple[Wake, ...]]:
+        """Move ``file`` to the current layout before its result is recorded, until ``stop_at``.
+
+        ``stop_at``: ``time.monotonic()`` at which the move stops (it keeps
+        its partial copy). Returns a note for the result and what the
+        transition wakes: nothing when the file moved (or was merged, or
+        someone else moved it), else the migrator's object, which moves it
+        later. Raises only on index failures.
+        """
+        layout = self.layout
+
+        def move(cancel: threading.Event) -> MoveResult:
+            if self._writer is None:
+                self._writer = IndexDB(layout.db_path, synchronous="FULL")
+            writer = self._writer
+
+            def stop() -> bool:
+                return cancel.is_set() or time.monotonic() >= stop_at
+
+            fresh = writer.file_by_id(file.id)
+            if fresh is None or fresh.fs_version != file.fs_version:
+                return MoveResult(fresh or file, "skipped")
+            return ensure_current(layout, writer, fresh, mover=Mover(layout, writer, stop=stop))
+
+        result = await in_thread(move)
+        if result.outcome in ("moved", "merged", "skipped", "current"):
+            if result.outcome == "moved":
+                logger.info(
+                    "scrub: %s verified and moved to layout %d",
+                    file.name,
+                    result.file.fs_version,
+                )
+                return f"; moved to layout {result.file.fs_version}", ()
+            return "", ()
+        migrate_id = await self.ctx.db.call(read_migrate_object_id, layout.current)
+        wake: tuple[Wake, ...] = () if migrate_id is None else ((MIGRATE, (migrate_id,)),)
+        return f"; stays in layout {file.fs_version} for now ({result.outcome})", wake
 
     # -------------------------------------------------------------- transitions
     async def transition_scrub_verifying_to_verifying(
@@ -425,7 +494,7 @@ class ScrubActor(StoreActorType):
         )
 
     async def transition_scrub_verifying_to_good(
-        self, obj: JobObject, records: int, result: str
+        self, obj: JobObject, records: int, result: str, *, wake: Iterable[Wake] = ()
     ) -> bool:
         return await self.transition(
             obj,
@@ -433,6 +502,7 @@ class ScrubActor(StoreActorType):
             "good",
             retry_at=self.due_in(self.interval_s),
             values=self._pass_done(obj, records, [], result),
+            wake=wake,
         )
 
     async def transition_scrub_verifying_to_damaged(

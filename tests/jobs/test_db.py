@@ -126,7 +126,8 @@ def test_wake_only_moves_retry_at_earlier_and_never_revives_a_final_object_or_en
     now = utcnow()
     leased = write_object(conn, PROBE, now, retry_at=now - timedelta(hours=2))
     claimed = write_claim(conn, PROBE, ["queued"], now, 60.0, "actor 1")
-    assert claimed is not None and claimed.id == leased
+    assert claimed is not None
+    assert claimed.id == leased
     later = write_object(conn, PROBE, now, retry_at=now + timedelta(hours=1))
     sooner = write_object(conn, PROBE, now, retry_at=now - timedelta(hours=1))
     final = write_object(conn, PROBE, now, status="done")

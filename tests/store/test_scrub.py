@@ -123,14 +123,19 @@ class QuickRetryScrub(ScrubActor):
 
 
 async def _scrub(
-    db: JobsDB, root: Path, *, max_tick_s: float = 10.0, plugins: list[object] | None = None
+    db: JobsDB,
+    root: Path,
+    *,
+    max_tick_s: float = 10.0,
+    plugins: list[object] | None = None,
+    actor_type: type[ScrubActor] = QuickRetryScrub,
 ) -> None:
     """Run the scrub actor until no scrub object is in ``verifying`` or due."""
     hooks = Hooks(plugins or [])
-    hooks.add_object_types(object_types_of([QuickRetryScrub]))
+    hooks.add_object_types(object_types_of([actor_type]))
     settings = JobsSettings(poll_s=0.1, scrub_max_tick_s=max_tick_s)
     ctx = JobContext(db=db, hooks=hooks, settings=settings, store_root=root, owner="test")
-    orchestrator = Orchestrator(ctx, [QuickRetryScrub])
+    orchestrator = Orchestrator(ctx, [actor_type])
     task = asyncio.create_task(orchestrator.run())
     deadline = time.monotonic() + DONE_WITHIN_S
     try:
