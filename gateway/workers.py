@@ -20,11 +20,15 @@ to one waiting worker. The parent only supervises:
 - a worker whose parent is gone (killed with SIGKILL) notices within a
   second and shuts down, so no orphan keeps the port.
 
-The snapshot store has exactly one writer. Today :meth:`gateway.store.Store.open`
-takes the store's lock for the whole process (recovery, the WARC writer, the
-SQLite index), so a configuration that uses the store (``store:``,
-``$store``, ``record: true``) is served by one process: ``--workers`` above
-1 is refused for it before anything binds (:func:`store_conflict`).
+The snapshot store has exactly one writer: the process that records holds
+its ``writer.lock`` (:meth:`gateway.store.Store.open`, ``mode="write"``),
+any number of others open it *shared* (lookups, record loads, imports,
+background work). A configuration that only reads the store (``store:``,
+``$store``) runs on any number of workers, each opening it shared, and the
+background work runs in one of them at a time (``jobs.lock``:
+:class:`gateway.jobs.service.JobsService`). A configuration that records
+(``record: true``) is served by one process: ``--workers`` above 1 is
+refused for it before anything binds (:func:`store_conflict`).
 """
 
 from __future__ import annotations
@@ -97,14 +101,20 @@ def parse_workers(text: str) -> int:
 
 
 def store_conflict(config: GatewayConfig, workers: int) -> str | None:
-    """Why ``config`` cannot be served by ``workers`` processes, or None when it can."""
-    if workers <= 1 or not config.uses_store:
+    """Why ``config`` cannot be served by ``workers`` processes, or None when it can.
+
+    Only recording needs the store's one writer (module docstring); the
+    message names the recording collections.
+    """
+    recording = sorted(name for name, coll in config.collections.items() if coll.records)
+    if workers <= 1 or not recording:
         return None
     return (
-        f"--workers {workers}: this config uses the snapshot store (a store: section, "
-        "a $store index or record: true), and the store has one writer, owned by one "
-        "process; serve it with --workers 1, or serve the collections that do not use "
-        "the store from a second gateway with its own config"
+        f"--workers {workers}: collection(s) {', '.join(recording)} record into the snapshot "
+        "store (record: true), and the store has one writer, owned by one process; serve "
+        "them with --workers 1 (a second gateway with its own config can serve them), "
+        "or serve this config without recording: reading the store ($store) works on "
+        "any number of workers"
     )
 
 

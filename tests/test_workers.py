@@ -7,6 +7,7 @@ workers through ``/proc``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -49,6 +50,15 @@ def _listening_inodes(pid: int) -> set[str]:
             if target.startswith("socket:["):
                 inodes.add(target[8:-1])
     return inodes
+
+
+def _open_paths(pid: int) -> set[str]:
+    """The paths of the files ``pid`` has open."""
+    paths = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            paths.add(os.readlink(fd))
+    return paths
 
 
 def _serve_argv(config: Path, *options: str) -> list[str]:
@@ -174,14 +184,68 @@ def test_workers_stop_themselves_when_the_supervisor_is_killed(serve: _Gateway) 
     _wait_for("the orphaned workers to exit", all_gone, None, serve.log)
 
 
-def test_a_config_using_the_store_needs_one_worker(tmp_path: Path) -> None:
+def test_a_config_that_records_needs_one_worker(tmp_path: Path) -> None:
     config = tmp_path / "collections.yaml"
-    config.write_text(f"store:\n  root: {tmp_path}/archive\ncollections:\n  s: $store\n")
+    config.write_text(
+        f"store:\n  root: {tmp_path}/archive\ncollections:\n  s: $store\n  rec:\n"
+        "    sequence:\n      - {name: live, index: {type: live}, record: true}\n"
+    )
     done = _run_serve(config, "--port", str(free_port()), "--workers", "2")
     assert done.returncode == 2
-    assert "--workers 2: this config uses the snapshot store" in done.stderr
+    assert "--workers 2: collection(s) rec record into the snapshot store" in done.stderr
     assert "--workers 1" in done.stderr
     assert not (tmp_path / "archive").exists()  # nothing was opened
+
+
+def _store_of_sample(sample_dir: Path, root: Path) -> None:
+    """A store holding the sample archive's iana.warc.gz (imported by the store's own code)."""
+    from gateway.store.settings import StoreSettings
+    from gateway.store.store import Store
+
+    async def add() -> None:
+        async with await Store.open(StoreSettings(root=str(root), fsync="never")) as store:
+            await store.add_warc(sample_dir / "warcs" / "iana.warc.gz")
+
+    asyncio.run(add())
+
+
+def test_workers_read_one_store_each_opening_it_shared(sample_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    _store_of_sample(sample_dir, root)
+    config = tmp_path / "collections.yaml"
+    config.write_text(f"store:\n  root: {root}\ncollections:\n  s: $store\n")
+    port = free_port()
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            _serve_argv(config, "--port", str(port), "--workers", "2"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    gateway = _Gateway(proc, port, log)
+    index = str(root / "index.sqlite3")
+
+    def both_opened_the_store() -> bool:
+        workers = gateway.workers()
+        return len(workers) == 2 and all(index in _open_paths(pid) for pid in workers)
+
+    try:
+        _wait_for("two workers with the store open", both_opened_the_store, proc, log)
+        _wait_for("/_ready answering", lambda: _get(port, "/_ready")[0] == 200, proc, log)
+        for _ in range(20):  # the kernel hands connections to either worker
+            status, body = _get(port, "/s/index?url=http://www.iana.org/&limit=1")
+            assert status == 200
+            assert body.startswith(b"org,iana)/ 20140126200624 ")
+            status, body = _get(port, "/s/resource?url=http://www.iana.org/&closest=20140126200624")
+            assert status == 200
+            assert body.startswith(b"WARC/1.0\r\n")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=WAIT_S) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=WAIT_S)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "many"])
