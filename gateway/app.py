@@ -39,6 +39,7 @@ from gateway.readiness import Readiness
 
 if TYPE_CHECKING:
     from gateway.jobs.service import JobsService
+    from gateway.recorder_link import RecorderLink
 
 __all__ = ["build_collection", "build_collections", "create_app"]
 
@@ -139,13 +140,18 @@ def create_app(
     collections: dict[str, Collection] | None = None,
     clients: SharedClients | None = None,
     jobs: JobsService | None = None,
+    recorder: RecorderLink | None = None,
 ) -> web.Application:
     """The gateway application for ``config``.
 
     ``collections``/``clients``/``jobs`` may be passed when already built
     (``gateway serve`` builds them before binding so config errors stop
     start-up). The jobs service starts after the store opens (its recovery
-    done) and stops before it closes.
+    done) and stops before it closes. ``recorder``: this process is one of
+    ``gateway serve --workers N`` serving a config that records; only
+    worker 0 opens the store as its writer, the others open it shared and
+    forward the recording collections' requests to worker 0
+    (:mod:`gateway.recorder_link`).
     """
     # The API's handlers are imported here, not with this module: building
     # collections (gateway check-config) needs none of them.
@@ -178,6 +184,7 @@ def create_app(
         from gateway.jobs.service import JobsService
 
         jobs = JobsService.from_config(config, role="serve")
+    recording = frozenset(name for name, coll in config.collections.items() if coll.records)
     app = web.Application()
     app[CONFIG] = config
     app[CLIENTS] = clients
@@ -195,8 +202,8 @@ def create_app(
             readiness.block("store", "the snapshot store is opening (recovery)")
             from gateway.store import Store
 
-            records = any(coll.records for coll in config.collections.values())
-            shared.store = await Store.open(config.store, mode="write" if records else "shared")
+            writes = bool(recording) and (recorder is None or recorder.records)
+            shared.store = await Store.open(config.store, mode="write" if writes else "shared")
             if config.store.storages:
                 from gateway.store.replication_status import ReplicationCollector
 
@@ -242,6 +249,11 @@ def create_app(
         # Last of the API (its requests come first): the page for people.
         ("GET", "/{coll}/", collection_page),
     ]
+    if recorder is not None and not recorder.records and recording:
+        from gateway.recorder_link import forwarding
+
+        forward = forwarding(app, recorder, recording)
+        routes = [(m, p, forward(h) if "{coll}" in p else h) for m, p, h in routes]
     for method, path, handler in routes:
         stats = metrics.route(method, path)
         if method == "GET":

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gateway.aggregate import Collection
     from gateway.clients import SharedClients
     from gateway.config import GatewayConfig
+    from gateway.recorder_link import RecorderLink
 
 __all__ = ["main"]
 
@@ -60,7 +61,6 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.jobs.service import JobsService
     from gateway.logs import configure_logging
     from gateway.store.errors import StoreError
-    from gateway.workers import store_conflict
 
     try:
         config = _load(args.config)
@@ -71,10 +71,6 @@ def _serve(args: argparse.Namespace) -> int:
         JobsService.from_config(config, role="serve")
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
-        return 2
-    conflict = store_conflict(config, args.workers)
-    if conflict is not None:
-        print(f"gateway: {conflict}", file=sys.stderr)
         return 2
     try:
         sock = _listen(args.host, args.port)
@@ -111,17 +107,19 @@ def _run_app(
     *,
     sock: socket.socket,
     parent: int | None = None,
+    recorder: RecorderLink | None = None,
 ) -> None:
     """Serve ``config`` on ``sock`` in this process until SIGINT/SIGTERM.
 
     ``parent``: the supervisor's pid when this process is one of
-    ``--workers`` (the worker stops when it goes away).
+    ``--workers`` (the worker stops when it goes away); ``recorder``: its
+    place when the config records (:mod:`gateway.recorder_link`).
     """
     from gateway.app import create_app
     from gateway.http_server import run_app
     from gateway.logs import access_logger
 
-    app = create_app(config, collections=collections, clients=clients)
+    app = create_app(config, collections=collections, clients=clients, recorder=recorder)
     app.on_startup.append(_freeze_heap)
     if parent is not None:
         from gateway.workers import watch_parent
@@ -134,23 +132,35 @@ def _run_app(
         handler_cancellation=True,
         access_log=access_logger(args.access_log),
         access_log_format=args.access_log or "",
+        unix_path=recorder.socket_path if recorder is not None and recorder.records else None,
     )
 
 
 def _serve_workers(
     args: argparse.Namespace, config: GatewayConfig, names: str, sock: socket.socket
 ) -> int:
-    """``--workers N``: ``sock`` is bound once, N processes serve it (:mod:`gateway.workers`)."""
+    """``--workers N``: ``sock`` is bound once, N processes serve it (:mod:`gateway.workers`).
+
+    A config that records gets a private directory for the recorder's
+    socket (:mod:`gateway.recorder_link`), removed when the supervisor exits.
+    """
     import logging
+    import shutil
+    import tempfile
 
     from gateway.clients import SharedClients
     from gateway.collection_builder import build_collections
+    from gateway.recorder_link import RecorderLink
     from gateway.workers import Supervisor
+
+    records = any(coll.records for coll in config.collections.values())
+    runtime = tempfile.mkdtemp(prefix="gateway-") if records else None
 
     def serve(sock: socket.socket, index: int, parent: int) -> None:
         clients = SharedClients(config.client)
         collections = build_collections(config, clients)
-        _run_app(config, collections, clients, args, sock=sock, parent=parent)
+        recorder = None if runtime is None else RecorderLink(f"{runtime}/recorder.sock", index)
+        _run_app(config, collections, clients, args, sock=sock, parent=parent, recorder=recorder)
 
     logging.getLogger("gateway.cli").info(
         "serving %s on http://%s:%d/ with %d worker processes",
@@ -163,6 +173,8 @@ def _serve_workers(
         return Supervisor(sock, args.workers, serve).run()
     finally:
         sock.close()
+        if runtime is not None:
+            shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -209,6 +209,7 @@ def run_app(
     sock: socket.socket,
     loop: asyncio.AbstractEventLoop,
     handler_cancellation: bool = False,
+    unix_path: str | None = None,
     **handler_kwargs: Any,
 ) -> None:
     """Serve ``app`` on ``sock`` until SIGINT or SIGTERM, as ``aiohttp.web.run_app`` does.
@@ -216,7 +217,9 @@ def run_app(
     The same life cycle (startup and cleanup signals, graceful shutdown of
     open connections, remaining tasks cancelled, ``loop`` closed), with
     connections handled by :class:`GatewayRequestHandler`.
-    ``handler_kwargs`` go to every ``RequestHandler``.
+    ``handler_kwargs`` go to every ``RequestHandler``. ``unix_path``: also
+    serve the app on a Unix socket there, made once the app has started
+    (the recorder of ``--workers``: :mod:`gateway.recorder_link`).
     """
 
     async def serve() -> None:
@@ -226,6 +229,11 @@ def run_app(
         await runner.setup()
         try:
             await GatewaySockSite(runner, sock, **handler_kwargs).start()
+            if unix_path is not None:
+                from gateway.recorder_link import remove_stale_socket
+
+                remove_stale_socket(unix_path)
+                await web.UnixSite(runner, unix_path).start()
             await asyncio.Event().wait()  # until a signal raises GracefulExit
         finally:
             await runner.cleanup()

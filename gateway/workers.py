@@ -23,12 +23,11 @@ to one waiting worker. The parent only supervises:
 The snapshot store has exactly one writer: the process that records holds
 its ``writer.lock`` (:meth:`gateway.store.Store.open`, ``mode="write"``),
 any number of others open it *shared* (lookups, record loads, imports,
-background work). A configuration that only reads the store (``store:``,
-``$store``) runs on any number of workers, each opening it shared, and the
-background work runs in one of them at a time (``jobs.lock``:
-:class:`gateway.jobs.service.JobsService`). A configuration that records
-(``record: true``) is served by one process: ``--workers`` above 1 is
-refused for it before anything binds (:func:`store_conflict`).
+background work). Every worker opens it shared but worker 0 when the
+config records: worker 0 is the recorder, and the others forward the
+recording collections' requests to it (:mod:`gateway.recorder_link`). The
+background work runs in one worker at a time (``jobs.lock``:
+:class:`gateway.jobs.service.JobsService`).
 """
 
 from __future__ import annotations
@@ -52,7 +51,6 @@ from aiohttp import web
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
-    from gateway.config import GatewayConfig
 
 __all__ = [
     "MAX_BACKOFF_S",
@@ -60,7 +58,6 @@ __all__ = [
     "STOP_TIMEOUT_S",
     "Supervisor",
     "parse_workers",
-    "store_conflict",
     "watch_parent",
 ]
 
@@ -98,24 +95,6 @@ def parse_workers(text: str) -> int:
     if count < 1:
         raise ValueError(f"{count}: expected at least 1 process")
     return count
-
-
-def store_conflict(config: GatewayConfig, workers: int) -> str | None:
-    """Why ``config`` cannot be served by ``workers`` processes, or None when it can.
-
-    Only recording needs the store's one writer (module docstring); the
-    message names the recording collections.
-    """
-    recording = sorted(name for name, coll in config.collections.items() if coll.records)
-    if workers <= 1 or not recording:
-        return None
-    return (
-        f"--workers {workers}: collection(s) {', '.join(recording)} record into the snapshot "
-        "store (record: true), and the store has one writer, owned by one process; serve "
-        "them with --workers 1 (a second gateway with its own config can serve them), "
-        "or serve this config without recording: reading the store ($store) works on "
-        "any number of workers"
-    )
 
 
 @dataclass(slots=True)

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Final
 
@@ -184,17 +189,117 @@ def test_workers_stop_themselves_when_the_supervisor_is_killed(serve: _Gateway) 
     _wait_for("the orphaned workers to exit", all_gone, None, serve.log)
 
 
-def test_a_config_that_records_needs_one_worker(tmp_path: Path) -> None:
+class _LiveWeb(ThreadingHTTPServer):
+    """The live web on 127.0.0.1, in a thread: ``/page/<n>`` says its number."""
+
+    def __init__(self) -> None:
+        class Page(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = f"<html>{self.path}</html>".encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return None
+
+        super().__init__(("127.0.0.1", 0), Page)
+        self.base = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def live_web() -> Iterator[str]:
+    server = _LiveWeb()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.base
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(WAIT_S)
+
+
+def _writer(workers: set[int], lock: str) -> int | None:
+    """The worker holding the store's writer lock open (worker 0, the recorder), if any."""
+    holders = [pid for pid in workers if lock in _open_paths(pid)]
+    return holders[0] if len(holders) == 1 else None
+
+
+def test_workers_record_through_worker_0_and_a_killed_one_is_replaced(
+    tmp_path: Path, live_web: str
+) -> None:
+    root = tmp_path / "archive"
     config = tmp_path / "collections.yaml"
     config.write_text(
-        f"store:\n  root: {tmp_path}/archive\ncollections:\n  s: $store\n  rec:\n"
-        "    sequence:\n      - {name: live, index: {type: live}, record: true}\n"
+        f"store: {{root: {root}, fsync: never}}\ncollections:\n  stored: $store\n  rec:\n"
+        "    sequence:\n      - name: live\n"
+        "        index: {type: live, allow_private_networks: true}\n        record: true\n"
     )
-    done = _run_serve(config, "--port", str(free_port()), "--workers", "2")
-    assert done.returncode == 2
-    assert "--workers 2: collection(s) rec record into the snapshot store" in done.stderr
-    assert "--workers 1" in done.stderr
-    assert not (tmp_path / "archive").exists()  # nothing was opened
+    port = free_port()
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            _serve_argv(config, "--port", str(port), "--workers", "2"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    gateway = _Gateway(proc, port, log)
+    lock = str(root / "writer.lock")
+
+    def recorder_ready() -> bool:
+        workers = gateway.workers()
+        ready = _get(port, "/_ready")[0] == 200
+        return len(workers) == 2 and _writer(workers, lock) is not None and ready
+
+    def record(n: int) -> bool:
+        try:
+            status, body = _get(port, f"/rec/resource?url={live_web}/page/{n}")
+        except urllib.error.HTTPError as exc:  # 503 while worker 0 is replaced
+            if exc.code == 503:
+                return False
+            raise
+        assert status == 200
+        assert f"<html>/page/{n}</html>".encode() in body
+        return True
+
+    def stored() -> list[str]:
+        query = f"url={live_web}/page/&matchType=prefix&output=json"
+        status, body = _get(port, f"/stored/index?{query}")
+        assert status == 200
+        return sorted(json.loads(line)["url"] for line in body.decode().splitlines())
+
+    try:
+        _wait_for("worker 0 recording and both answering", recorder_ready, proc, log)
+        # Connections go to either worker; worker 1 forwards (a 503 until worker 0's
+        # socket is up: it opens the store first).
+        _wait_for("page 0 recorded", functools.partial(record, 0), proc, log)
+        for n in range(1, 12):
+            assert record(n)
+        # Acks are asynchronous (the client does not wait for them): the kill
+        # comes once the captures are in the store.
+        _wait_for("12 captures stored", lambda: len(stored()) == 12, proc, log)
+        first = _writer(gateway.workers(), lock)
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+
+        def replaced() -> bool:
+            return _writer(gateway.workers(), lock) not in (None, first)
+
+        _wait_for("worker 0 replaced", replaced, proc, log)
+        for n in range(12, 16):
+            _wait_for(f"page {n} recorded", functools.partial(record, n), proc, log)
+        _wait_for("16 captures stored", lambda: len(stored()) == 16, proc, log)
+        assert stored() == sorted(f"{live_web}/page/{n}" for n in range(16))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=WAIT_S) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=WAIT_S)
 
 
 def _store_of_sample(sample_dir: Path, root: Path) -> None:
