@@ -14,9 +14,11 @@ worker takes it first, so a request to record can reach any worker. With
 - the other workers open the store shared, serve every collection that does
   not record themselves (``$store`` lookups and record loads included), and
   forward each request for a collection that records (``/{coll}/...``: its
-  method, target, headers and body) to the recorder over the socket, then
-  stream its answer back as it comes, bytes unchanged (no decompression),
-  with ``Via: 1.1 gateway-worker-<n>`` added (RFC 9110 §7.6.3);
+  method, target, headers and body, as they came: a direct POST's headers
+  are what the live fetch sends and records) to the recorder over the
+  socket, then stream its answer back as it comes, bytes unchanged (no
+  decompression), with ``Via: 1.1 gateway-worker-<n>`` added to it (RFC
+  9110 §7.6.3);
 - while the recorder is not there (restarting after a crash, or still
   opening the store), a forwarded request is answered 503 with a JSON
   message and ``Retry-After: 1``; an answer cut by the recorder's death
@@ -140,12 +142,13 @@ async def _forward(
 ) -> web.StreamResponse:
     """Send ``request`` to the recorder and stream its answer back (module docstring).
 
-    ``by``: this worker's name in the ``Via`` headers of both hops.
+    ``by``: this worker's name, in the answer's ``Via``. The request goes
+    without one: a direct POST's headers are what the live fetch sends and
+    records, and they must be the client's, as with one process.
     """
     body = await request.read() if request.body_exists else None  # bounded: client_max_size
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
     headers.append(("Host", request.host))
-    headers.append(("Via", f"{request.version.major}.{request.version.minor} {by}"))
     target = URL(f"http://recorder{request.raw_path}", encoded=True)
     try:
         upstream = await session.request(

@@ -31,7 +31,9 @@ async def live_web() -> AsyncIterator[tuple[str, list[str]]]:
     hits: list[str] = []
 
     async def page(request: web.Request) -> web.Response:
-        hits.append(f"{request.method} {request.path}")
+        # A Via would be the forwarding hop's, not the client's: fetched and recorded.
+        via = f" via {request.headers['Via']}" if "Via" in request.headers else ""
+        hits.append(f"{request.method} {request.path}{via}")
         body = await request.read()
         text = f"<html>page {request.match_info['n']}: {body.decode()}</html>"
         return web.Response(text=text, content_type="text/html")
