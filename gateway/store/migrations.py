@@ -52,8 +52,8 @@ up by the next move of that file, or by the reconcile pass of
 partial copy is removed, the row is unchanged, and the file is tried again
 later. A move stopped by its caller (:attr:`Mover.stop`: a time box ran
 out) keeps its partial copy under the lock's name, as a kill does, for the
-next move to go on from. Only files the store owns (origin ``written`` or ``imported``) move;
-a ``found`` file stays where the user put it.
+next move to go on from. Only files the store owns (origin ``written`` or
+``imported``) move; a ``found`` file stays where the user put it.
 
 Before its first move a row of an older release gets what it lacks: its
 SHA-256 (computed from the file as it is) and its date
