@@ -26,8 +26,11 @@ cache), copied in turn by:
   query, the worker's claims, the copier with every gzip member inflated at
   the source, the copy status written, run as ``gateway store replicate``
   runs it: the director's pass made as ``replication_batch`` objects, a
-  replication worker of the jobs machinery ticking them
-  (:func:`gateway.store.replication_jobs.work_pass`).
+  replication worker of the jobs machinery ticking them and copiers ticking
+  their ``replication_copy`` objects
+  (:func:`gateway.store.replication_jobs.work_pass`). Every file goes from
+  the primary to one storage: one copy object, its files copied one at a
+  time.
 
 SeaweedFS (``weed server -s3``) runs on the same 2 cores, on 127.0.0.1, with
 its data in a temporary directory on the same disk. The rows take turns in
