@@ -207,13 +207,14 @@ class ReplicationReport:
 
     ``unsafe`` maps a file name to the reasons it was not made safe in this
     pass; ``retry`` holds the copies that failed transiently (their claim
-    stays ``ongoing``), for a caller that tries them again itself;
-    ``deferred`` counts the copies a copier left to its next tick (claimed,
-    not started) because its tick's time was up.
+    stays ``ongoing``), for a caller that tries them again itself (a copy
+    object's next round). ``outcomes`` counts copies by
+    :data:`~gateway.storage.copier.CopyOutcome`, ``claimed_elsewhere``, and
+    (in a copy object's counts) ``deferred``: files a copier left to its
+    next tick, claimed but not started, because its tick's time was up.
     """
 
     files: int = 0
-    deferred: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     bytes_copied: int = 0
     unsafe: dict[str, list[str]] = field(default_factory=dict)
@@ -234,7 +235,6 @@ class ReplicationReport:
         for outcome, n in other.outcomes.items():
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
         self.bytes_copied += other.bytes_copied
-        self.deferred += other.deferred
         for name, whys in other.unsafe.items():
             self.unsafe.setdefault(name, []).extend(whys)
         self.retry.extend(other.retry)

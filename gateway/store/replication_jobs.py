@@ -744,18 +744,16 @@ class CopierActor(_ReplicationActor):
                 return
         values.update(todo="[]", retry=json.dumps(retry))
         wake: list[Wake] = [(BATCH, [int(obj["batch_id"] or 0)])]
-        pair = f"{source} -> {destination}"
         if problems:
-            values["result"] = f"{pair}: {len(problems)} file(s) not copied: " + "; ".join(
+            values["result"] = f"{len(problems)} file(s) not copied: " + "; ".join(
                 f"{name}: {'; '.join(dict.fromkeys(whys))}"
                 for name, whys in list(problems.items())[:3]
             )
-            logger.warning("replication: copy #%d: %s", obj.id, values["result"])
+            # (INFO: its batch warns with the same reasons once it has gathered them.)
+            logger.info("replication: copy #%d: %s", obj.id, values["result"])
             await self.transition_replication_copy_queued_to_failed(obj, values=values, wake=wake)
             return
-        values["result"] = (
-            f"{pair}: {_summary({**values, 'files': len(json.loads(str(obj['files'])))})}"
-        )
+        values["result"] = _summary({**values, "files": len(json.loads(str(obj["files"])))})
         await self.transition_replication_copy_queued_to_done(obj, values=values, wake=wake)
 
     async def transition_replication_copy_queued_to_queued(
