@@ -37,11 +37,12 @@ before the batch waits for it (a wake leaves a leased object alone); a
 worker killed between the two leaves the groups in the batch's
 ``pending``, and the batch's next tick writes the missing objects (a
 unique key on (batch, source, destination) makes that write idempotent).
-When every copy object is final, the last one's transition wakes the
-batch, whose next tick gathers their outcomes and reasons and ends it, as
-a batch ended before copiers were objects of their own; until then it
-looks again every ``min(60 s, jobs.replicate_max_tick_s)`` (a wake lost to
-that look's own lease costs no more than that wait).
+Each copy object's final transition wakes the batch; once every one is
+final, the batch's next tick gathers their outcomes and reasons and ends
+it, as a batch ended before copiers were objects of their own. Until then
+it looks again at least every ``min(60 s, jobs.replicate_max_tick_s)`` (a
+copy object that ends while such a look leases the batch does not wake it:
+the batch ends at its next look instead).
 
 ::
 
