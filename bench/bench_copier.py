@@ -26,8 +26,11 @@ cache), copied in turn by:
   query, the worker's claims, the copier with every gzip member inflated at
   the source, the copy status written, run as ``gateway store replicate``
   runs it: the director's pass made as ``replication_batch`` objects, a
-  replication worker of the jobs machinery ticking them
-  (:func:`gateway.store.replication_jobs.work_pass`).
+  replication worker of the jobs machinery ticking them and copiers ticking
+  their ``replication_copy`` objects
+  (:func:`gateway.store.replication_jobs.work_pass`). Every file goes from
+  the primary to one storage: one copy object, its files copied one at a
+  time.
 
 SeaweedFS (``weed server -s3``) runs on the same 2 cores, on 127.0.0.1, with
 its data in a temporary directory on the same disk. The rows take turns in
@@ -63,7 +66,14 @@ from gateway.storage.local import LocalStorage, LocalStorageConfig
 from gateway.storage.s3 import S3Storage, S3StorageConfig
 from gateway.storage.settings import RetentionPolicy, StorageSpec
 from gateway.store.replicas import Replicas
-from gateway.store.replication_jobs import BATCH, enqueue_pass, open_jobs, report_of, work_pass
+from gateway.store.replication_jobs import (
+    BATCH,
+    COPY,
+    enqueue_pass,
+    open_jobs,
+    report_of,
+    work_pass,
+)
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
 from tests.storage.seaweedfs import REGION, SeaweedFS
@@ -151,7 +161,7 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS, work: Path) -> None:
             retention=RetentionPolicy(copies=2, parallel_copies=4, batch_size=len(names)),
         )
         replicas = Replicas(settings, store.layout)
-        db, ctx = await open_jobs(store.layout.root, settings, None, [BATCH], "bench")
+        db, ctx = await open_jobs(store.layout.root, settings, None, [BATCH, COPY], "bench")
         try:
             report = report_of(await work_pass(ctx, await enqueue_pass(replicas, ctx)))
         finally:
@@ -180,8 +190,8 @@ async def _run(args: argparse.Namespace, s3: SeaweedFS, work: Path) -> None:
         "PUT, one per file (aiobotocore)": single_puts,
         "copier -> S3, 1 at a time": lambda: copier_s3(1),
         "copier -> S3, 4 at once": lambda: copier_s3(4),
-        "replicate -> local (director + workers, 4 at once)": replicate_local,
-        "replicate -> S3 (director + workers, 4 at once)": replicate_s3,
+        "replicate -> local (director, worker, copier)": replicate_local,
+        "replicate -> S3 (director, worker, copier)": replicate_s3,
     }
     results: dict[str, list[float]] = {label: [] for label in rows}
     try:

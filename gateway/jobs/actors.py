@@ -189,7 +189,7 @@ class ActorType:
     ) -> None:
         self.ctx = ctx
         self.number = number
-        self.tick_limit_s = max_tick_s if max_tick_s is not None else self.limits(ctx.settings)[1]
+        self.tick_limit_s = max_tick_s if max_tick_s is not None else self.limits_for(ctx)[1]
         #: An extra SQL condition on the queue (``store add``: its own files).
         self.where = where
         self.stopping = False
@@ -207,6 +207,13 @@ class ActorType:
     def limits(cls, settings: JobsSettings) -> tuple[int, float]:
         """``(max_concurrent, max_tick_s)`` under ``settings`` (default: the class's)."""
         return cls.max_concurrent, cls.max_tick_s
+
+    @classmethod
+    def limits_for(cls, ctx: JobContext) -> tuple[int, float]:
+        """``(max_concurrent, max_tick_s)`` in ``ctx``: :meth:`limits` under its ``jobs:``
+        settings; a type whose limits come from elsewhere in the config overrides
+        this (the replication copier: ``store.retention.parallel_copies``)."""
+        return cls.limits(ctx.settings)
 
     @classmethod
     def get_actors_to_spawn(cls, queue_length: int, running: int, max_concurrent: int) -> int:

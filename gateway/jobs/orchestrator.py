@@ -75,7 +75,7 @@ class Orchestrator:
             raise ValueError(f"actor types with the same name: {sorted(names)}")
         self.ctx = ctx
         self.actor_types = list(actor_types)
-        self.limits = {t.name: t.limits(ctx.settings) for t in actor_types}
+        self.limits = {t.name: t.limits_for(ctx) for t in actor_types}
         self.running: dict[str, set[asyncio.Task[None]]] = {t.name: set() for t in actor_types}
         self.actors: dict[asyncio.Task[None], ActorType] = {}
         self.queues: dict[str, int] = {}

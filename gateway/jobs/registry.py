@@ -13,7 +13,7 @@ from gateway.jobs.actors import ActorType
 from gateway.jobs.model import ObjectType
 from gateway.store.migrate_actor import MigrateActor
 from gateway.store.online_import import ImportActor
-from gateway.store.replication_jobs import DirectorActor, ReplicationWorker
+from gateway.store.replication_jobs import CopierActor, DirectorActor, ReplicationWorker
 from gateway.store.scrub import ScrubActor
 
 __all__ = ["ACTOR_TYPES", "builtin_object_types", "object_types_of"]
@@ -24,6 +24,7 @@ ACTOR_TYPES: Final[Mapping[str, type[ActorType]]] = {
     "migrate": MigrateActor,
     "replication_director": DirectorActor,
     "replication_worker": ReplicationWorker,
+    "replication_copier": CopierActor,
 }
 
 

@@ -7,7 +7,7 @@ than ``archival_max_age_s``; the primary included) in batches of
 ``batch_size`` file ids, ascending, each read afresh once the previous one
 is done (:func:`gateway.store.copies.read_files_needing_copies`).
 
-**Worker** (:func:`replicate_batch`), for one batch:
+**Worker** (:func:`plan_batch`, :func:`claim_copy`), for one batch:
 
 1. re-reads each file's copies (another worker may have made them
    meanwhile) and plans what it still needs (:func:`plan_file`): the
@@ -17,11 +17,16 @@ is done (:func:`gateway.store.copies.read_files_needing_copies`).
    among the places holding a ``present`` copy; a place whose object under
    the name has other bytes that the archiver never wrote is left alone
    (append-only) unless ``replace_conflicts``;
-2. groups the copies by (source, destination) pair;
+2. groups the copies by (source, destination) pair (:func:`group_by_pair`);
 3. claims each copy by marking it ``ongoing`` with the batch's ``mtime``
    (a compare-and-swap on the row it read: a copy another worker claimed is
-   skipped);
-4. runs the copies, ``parallel_copies`` at once, through the copier
+   skipped), and hands each group to a copier (as jobs: a
+   ``replication_copy`` object per group, :mod:`gateway.store.replication_jobs`).
+
+**Copier** (:func:`claim_and_copy`), for each file of its group in turn:
+
+4. checks that the claim is still its own (the same compare-and-swap;
+   a retry renews it) and copies the file through the storage copier
    (:func:`gateway.storage.copier.copy_file`: the source read once, every
    gzip member inflated and the SHA-256 checked on the way, create-only
    verified puts, transient failures retried with backoff and jitter), or
@@ -76,14 +81,19 @@ from gateway.store.replicas import Replicas
 from gateway.store.verify import verify_file
 
 __all__ = [
+    "COPIED",
+    "DEFAULT_RETRY",
     "CopyPlan",
     "FilePlan",
     "ReplicationReport",
     "adopt_sha256",
+    "claim_and_copy",
+    "claim_copy",
     "director_batches",
+    "group_by_pair",
+    "plan_batch",
     "plan_file",
     "replicate_batch",
-    "retry_copies",
     "run_pass",
 ]
 
@@ -92,7 +102,7 @@ logger = logging.getLogger(__name__)
 #: The copier's retries of transient failures (4 attempts, backoff with full jitter).
 DEFAULT_RETRY: Final = RetryPolicy()
 #: Outcomes after which the destination holds a verified copy.
-_DONE: Final = frozenset({"copied", "already_present", "replaced"})
+COPIED: Final = frozenset({"copied", "already_present", "replaced"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,13 +207,14 @@ class ReplicationReport:
 
     ``unsafe`` maps a file name to the reasons it was not made safe in this
     pass; ``retry`` holds the copies that failed transiently (their claim
-    stays ``ongoing``), for a caller that tries them again itself;
-    ``deferred`` counts the copies not started (not even claimed) because
-    the worker's ``deadline`` had passed.
+    stays ``ongoing``), for a caller that tries them again itself (a copy
+    object's next round). ``outcomes`` counts copies by
+    :data:`~gateway.storage.copier.CopyOutcome`, ``claimed_elsewhere``, and
+    (in a copy object's counts) ``deferred``: files a copier left to its
+    next tick, claimed but not started, because its tick's time was up.
     """
 
     files: int = 0
-    deferred: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     bytes_copied: int = 0
     unsafe: dict[str, list[str]] = field(default_factory=dict)
@@ -224,7 +235,6 @@ class ReplicationReport:
         for outcome, n in other.outcomes.items():
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
         self.bytes_copied += other.bytes_copied
-        self.deferred += other.deferred
         for name, whys in other.unsafe.items():
             self.unsafe.setdefault(name, []).extend(whys)
         self.retry.extend(other.retry)
@@ -255,30 +265,26 @@ async def director_batches(replicas: Replicas) -> AsyncIterator[list[int]]:
 Progress = Callable[[int], object]
 
 
-async def replicate_batch(
+async def plan_batch(
     replicas: Replicas,
     ids: Sequence[int],
     *,
-    retry: RetryPolicy = DEFAULT_RETRY,
     replace_conflicts: bool = False,
     rng: random.Random | None = None,
-    progress: Progress | None = None,
     deadline: float | None = None,
-) -> ReplicationReport:
-    """The worker: make the copies files ``ids`` need (see the module docstring).
-
-    ``progress(n)`` is called with the bytes of each copy made. A copy whose
-    turn comes after ``deadline`` (``time.monotonic()``) is not started and
-    counted in ``deferred``: the worker's tick is time-boxed, and a later
-    call plans what is left afresh. Returns what was done; raises only on
-    index failures (:class:`sqlite3.Error`) and cancellation.
-    """
+) -> tuple[ReplicationReport, list[CopyPlan]]:
+    """The worker's first steps for files ``ids``: their copies read again, files of
+    an older release verified (:func:`adopt_sha256`), files moved to the current
+    layout while ``deadline`` (``time.monotonic()``) allows, and each file planned
+    (:func:`plan_file`). Returns the report so far (files examined, the problems
+    of files that cannot be made safe) and the copies to make, in file order.
+    Claims nothing; raises only on index failures (:class:`sqlite3.Error`)."""
     rng = rng or random.Random()
     mtime = time.time()
     report = ReplicationReport()
     files = await replicas.index.call(read_file_copies, replicas.places, ids=list(ids))
     report.files = len(files)
-    by_pair: dict[tuple[str, str], list[CopyPlan]] = defaultdict(list)
+    copies: list[CopyPlan] = []
     for found in files:
         replicas.rows[found.name] = found
         file = found if found.sha256 is not None else await adopt_sha256(replicas, found)
@@ -293,21 +299,53 @@ async def replicate_batch(
         )
         if plan.problem is not None:
             report.problem(file.name, plan.problem)
-        for copy in plan.copies:
-            by_pair[(copy.source, copy.destination)].append(copy)
+        copies += plan.copies
+    return report, copies
+
+
+def group_by_pair(copies: Sequence[CopyPlan]) -> dict[tuple[str, str], list[CopyPlan]]:
+    """``copies`` grouped by (source, destination) pair, each group in the given order."""
+    by_pair: dict[tuple[str, str], list[CopyPlan]] = defaultdict(list)
+    for copy in copies:
+        by_pair[(copy.source, copy.destination)].append(copy)
+    return dict(by_pair)
+
+
+async def claim_copy(replicas: Replicas, copy: CopyPlan, mtime: float) -> bool:
+    """Claim ``copy``: its destination ``ongoing`` since ``mtime``, if the row is still
+    the one read (``copy.seen``); one compare-and-swap (step 3). Returns whether it won."""
+    assert copy.file.sha256 is not None  # planned files have one
+    return await replicas.index.call(
+        write_copy_claim, copy.file.name, copy.destination, copy.file.sha256, copy.seen, mtime
+    )
+
+
+async def replicate_batch(
+    replicas: Replicas,
+    ids: Sequence[int],
+    *,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    replace_conflicts: bool = False,
+    rng: random.Random | None = None,
+    progress: Progress | None = None,
+) -> ReplicationReport:
+    """The worker and its copiers in one call, without job objects (see the module
+    docstring): :func:`plan_batch`, then each copy claimed and made, up to
+    ``parallel_copies`` at once. ``progress(n)`` is called with the bytes of each
+    copy made. Returns what was done; raises only on index failures
+    (:class:`sqlite3.Error`) and cancellation."""
+    mtime = time.time()
+    report, copies = await plan_batch(replicas, ids, replace_conflicts=replace_conflicts, rng=rng)
     slots = asyncio.Semaphore(replicas.policy.parallel_copies)
 
     async def run(copy: CopyPlan) -> None:
         async with slots:
-            if deadline is not None and time.monotonic() >= deadline:
-                report.deferred += 1
-                return
-            await _claim_and_copy(replicas, copy, mtime, retry, report, progress)
+            await claim_and_copy(replicas, copy, mtime, retry, report, progress)
 
     async with asyncio.TaskGroup() as group:
-        for pair, copies in by_pair.items():
-            logger.debug("replicate: %d file(s) from %s to %s", len(copies), *pair)
-            for copy in copies:
+        for pair, planned in group_by_pair(copies).items():
+            logger.debug("replicate: %d file(s) from %s to %s", len(planned), *pair)
+            for copy in planned:
                 group.create_task(run(copy))
     return report
 
@@ -378,58 +416,31 @@ async def _to_current_layout(
     return moved
 
 
-async def retry_copies(
-    replicas: Replicas,
-    copies: Sequence[tuple[CopyPlan, float]],
-    *,
-    retry: RetryPolicy = DEFAULT_RETRY,
-    progress: Progress | None = None,
-) -> ReplicationReport:
-    """Try again copies of an earlier batch that failed transiently: each claim
-    (``ongoing`` since the mtime given) is still this caller's, and is renewed."""
-    report = ReplicationReport()
-    mtime = time.time()
-    slots = asyncio.Semaphore(replicas.policy.parallel_copies)
-
-    async def run(copy: CopyPlan, claimed: float) -> None:
-        ours = CopyRow(copy.file.name, copy.destination, copy.file.sha256 or "", "ongoing", claimed)
-        async with slots:
-            await _claim_and_copy(
-                replicas,
-                CopyPlan(copy.file, copy.source, copy.destination, ours, copy.replace),
-                mtime,
-                retry,
-                report,
-                progress,
-            )
-
-    async with asyncio.TaskGroup() as group:
-        for copy, claimed in copies:
-            group.create_task(run(copy, claimed))
-    return report
-
-
-async def _claim_and_copy(
+async def claim_and_copy(
     replicas: Replicas,
     copy: CopyPlan,
     mtime: float,
     retry: RetryPolicy,
     report: ReplicationReport,
     progress: Progress | None,
-) -> None:
+) -> str:
+    """Make one copy (steps 3 to 5): claim it since ``mtime`` (a compare-and-swap on
+    ``copy.seen``: a copier passes the claim its worker made, ``ongoing`` since the
+    batch's ``mtime``, and keeps it, or renews it for a retry), copy it, record the
+    outcome in the copy status and in ``report``. A claim lost to another worker is
+    counted ``claimed_elsewhere`` and not copied. Returns the outcome (a
+    :data:`~gateway.storage.copier.CopyOutcome` or ``claimed_elsewhere``); raises
+    only on index failures."""
     file, destination = copy.file, copy.destination
     sha256 = file.sha256
     assert sha256 is not None  # planned files have one
-    won = await replicas.index.call(
-        write_copy_claim, file.name, destination, sha256, copy.seen, mtime
-    )
-    if not won:
+    if not await claim_copy(replicas, copy, mtime):
         report.count("claimed_elsewhere")
-        return
+        return "claimed_elsewhere"
     done = await _copy(replicas, copy, sha256, retry)
     report.count(done.outcome)
     now = time.time()
-    if done.outcome in _DONE:
+    if done.outcome in COPIED:
         report.bytes_copied += done.size
         if progress is not None:
             progress(done.size)
@@ -442,7 +453,7 @@ async def _claim_and_copy(
             verified_at=now,
             detail=f"from {copy.source}: {done.verified_by or done.outcome}",
         )
-        return
+        return done.outcome
     reason = f"{copy.source} -> {destination}: {done.outcome}: {done.detail}"
     report.problem(file.name, reason)
     source_status: CopyStatus | None = done.source_status
@@ -479,6 +490,7 @@ async def _claim_and_copy(
         )
         if done.outcome == "retry":
             report.retry.append((copy, mtime))
+    return done.outcome
 
 
 async def _copy(replicas: Replicas, copy: CopyPlan, sha256: str, retry: RetryPolicy) -> CopyResult:

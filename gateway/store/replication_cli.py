@@ -13,12 +13,13 @@ it, and takes the storages and the retention policy from the config's
 - ``replicate`` makes the director's pass
   (:func:`gateway.store.replication_jobs.enqueue_pass`: one
   ``replication_batch`` object per ``batch_size`` files that need copies)
-  and runs a replication worker over those objects in this process, as the
-  orchestrator of ``gateway serve`` or ``gateway worker`` does (theirs may
-  take some of the batches too: the command waits for every batch of its
-  pass to be final). Copies that failed for a transient reason (a storage
-  down) are tried again by their batch after a backoff (5, 10, 20, 40, 80
-  s); with ``--once`` they are not, and stay ``ongoing`` until
+  and runs a replication worker and copiers over those objects and their
+  ``replication_copy`` objects in this process, as the orchestrator of
+  ``gateway serve`` or ``gateway worker`` does (theirs may take some of
+  them too: the command waits for every batch of its pass to be final).
+  Copies that failed for a transient reason (a storage down) are tried
+  again by their copy object after a backoff (5, 10, 20, 40, 80 s); with
+  ``--once`` they are not, and stay ``ongoing`` until
   ``archival_max_age_s``, when a later pass makes them. Both first remove
   what killed copies left on the storages (temporary files, staging keys
   older than ``archival_max_age_s``), publish safe files when
@@ -104,6 +105,7 @@ async def _replicate(
     from gateway.progress import progress_bar
     from gateway.store.replication_jobs import (
         BATCH,
+        COPY,
         enqueue_pass,
         open_jobs,
         remove_leftovers,
@@ -113,7 +115,7 @@ async def _replicate(
 
     store = await _open(settings)
     try:
-        db, ctx = await open_jobs(store.layout.root, settings, jobs, [BATCH], "store")
+        db, ctx = await open_jobs(store.layout.root, settings, jobs, [BATCH, COPY], "store")
         try:
             replicas = store.replicas
             for line in await remove_leftovers(replicas):

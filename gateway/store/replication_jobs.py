@@ -26,29 +26,58 @@ files (``store.publish``).
     waiting --(a pass: batches made, leftovers removed, safe files published)--> waiting
 
 **A worker** (``replication_worker``) ticks one ``replication_batch``
-object: :func:`~gateway.store.replication.replicate_batch` (needs re-read,
-integrity at the source, claims, copies ``parallel_copies`` at once,
-verification at the destination, the copy status). A tick is time-boxed:
-it starts copies for half of ``jobs.replicate_max_tick_s`` and leaves the
-rest (``deferred``, not claimed) to the next tick of the same object, due
-at once, which plans them afresh; so a batch of any size fits the tick
-limit, as long as one copy fits in the other half. Copies that failed for
-a transient reason (a storage down) keep their ``ongoing`` claim and are
-tried again by the next tick of the same object, after a backoff, up to
-``max_rounds`` ticks (6; 1 for ``store replicate --once``); then the
-claims are left to expire after ``archival_max_age_s``, when the director
-lists the files again (the Software Heritage archiver's way).
+object: it re-reads its files' needs, checks what cannot be copied, plans
+and claims the copies (:func:`~gateway.store.replication.plan_batch`,
+:func:`~gateway.store.replication.claim_copy`: ``ongoing`` with the batch's
+``mtime``), groups them by (source, destination) pair and hands each group
+to a copier: the batch moves to ``copying`` and, as that transition's side
+effect, one ``replication_copy`` object per group is written (one
+transaction). Written after the transition, so that no copier can end
+before the batch waits for it (a wake leaves a leased object alone); a
+worker killed between the two leaves the groups in the batch's
+``pending``, and the batch's next tick writes the missing objects (a
+unique key on (batch, source, destination) makes that write idempotent).
+Each copy object's final transition wakes the batch; once every one is
+final, the batch's next tick gathers their outcomes and reasons and ends
+it, as a batch ended before copiers were objects of their own. Until then
+it looks again at least every ``min(60 s, jobs.replicate_max_tick_s)`` (a
+copy object that ends while such a look leases the batch does not wake it:
+the batch ends at its next look instead).
 
 ::
 
-    queued --(copies failed transiently: retried after a backoff;
-              or copies left when the tick's time was up: at once)--> queued
-    queued --> done      every file of the batch has its safe copies
-    queued --> unsafe    a file could not be made safe (the reasons kept in ``problems``)
+    queued --> copying   copies claimed and handed to copy objects
+    queued --> done      nothing to copy: every file of the batch has its safe copies
+    queued --> unsafe    nothing could be copied, and a file is not safe (reasons in ``problems``)
+    copying --> copying  copy objects still at work (looked at again later)
+    copying --> done     every copy object final and every file safe
+    copying --> unsafe   a file could not be made safe (the reasons gathered from its copies)
 
-A worker killed in the middle of a copy leaves the object leased: the lease
-(``jobs.replicate_max_tick_s``) expires and another worker ticks it again;
-a copy left ``ongoing`` by the dead worker counts as under way until
+**A copier** (``replication_copier``, ``retention.parallel_copies`` at
+once) ticks one ``replication_copy`` object: the files of one group, one
+by one, through :func:`~gateway.store.replication.claim_and_copy` (the
+claim checked, or renewed for a retry; integrity at both ends; create-only
+verified puts; the copy status recorded). A tick starts copies for half of
+``jobs.replicate_max_tick_s`` and leaves the rest to the next tick of the
+same object, due at once (one copy must fit in the other half). Files
+whose copy failed for a transient reason (a storage down) keep their
+``ongoing`` claim and are tried again by the same object after a backoff
+(5, 10, 20, 40, 80 s), up to ``max_rounds`` rounds (6; 1 for ``store
+replicate --once``); then the claims are left to expire after
+``archival_max_age_s``, when the director lists the files again (the
+Software Heritage archiver's way).
+
+::
+
+    queued --(files left when the tick's time was up: at once;
+              or copies failed transiently: after a backoff)--> queued
+    queued --> done      every file of the group copied and verified
+    queued --> failed    a file not copied (the reasons kept in ``problems``)
+
+A worker or copier killed in the middle of a tick leaves its object leased:
+the lease (``jobs.replicate_max_tick_s``) expires and another actor ticks
+it again; a copy left ``ongoing`` by a dead copier is made again by the
+same object (its claim is still the object's), counts as under way until
 ``archival_max_age_s``, and an object it half-wrote is never ``present``
 (the copier's create-only, verified puts).
 """
@@ -67,7 +96,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from gateway.jobs.actors import ActorType, JobContext, backoff_s
+from gateway.jobs.actors import ActorType, JobContext, Wake, backoff_s
 from gateway.jobs.db import JobObject, JobsDB, Value, format_time, utcnow, write_objects
 from gateway.jobs.hooks import Hooks
 from gateway.jobs.model import ObjectType
@@ -79,29 +108,37 @@ from gateway.store.layout import Layout
 from gateway.store.publish import PublishReport
 from gateway.store.replicas import Replicas
 from gateway.store.replication import (
+    COPIED,
+    DEFAULT_RETRY,
     CopyPlan,
     ReplicationReport,
+    claim_and_copy,
+    claim_copy,
     director_batches,
-    replicate_batch,
-    retry_copies,
+    group_by_pair,
+    plan_batch,
 )
 from gateway.store.settings import StoreSettings
 
 __all__ = [
     "BATCH",
+    "COPY",
     "DIRECTOR",
+    "CopierActor",
     "DirectorActor",
     "ReplicationWorker",
     "enqueue_pass",
     "open_jobs",
     "publish",
     "published",
+    "read_batch_copies",
     "read_pass",
     "read_waiting_batches",
     "remove_leftovers",
     "report_of",
     "work_pass",
     "write_batches",
+    "write_copies",
     "write_director",
     "write_director_wake",
 ]
@@ -129,11 +166,22 @@ DIRECTOR: Final = ObjectType(
 
 BATCH: Final = ObjectType(
     name="replication_batch",
-    description="a replication worker's batch: its files copied until each has its safe copies",
-    states=("queued", "done", "unsafe"),
+    description="a replication worker's batch: its files' copies planned, claimed and handed"
+    " to copiers, until each file has its safe copies",
+    states=("queued", "copying", "done", "unsafe"),
     initial="queued",
     final=("done", "unsafe"),
-    transitions=(("queued", "queued"), ("queued", "done"), ("queued", "unsafe")),
+    transitions=(
+        ("queued", "copying"),
+        ("queued", "done"),
+        ("queued", "unsafe"),
+        ("copying", "copying"),
+        ("copying", "done"),
+        ("copying", "unsafe"),
+    ),
+    # rounds: the most rounds one of its copy objects took; deferred: files its
+    # copiers left to a later tick; pending: the groups handed to copy objects,
+    # [[source, destination, mtime, [[name, replace], ...]], ...].
     columns=(
         ("pass_id", "TEXT NOT NULL"),
         ("file_ids", "TEXT NOT NULL"),
@@ -154,12 +202,46 @@ BATCH: Final = ObjectType(
     detail_column="result",
 )
 
+COPY: Final = ObjectType(
+    name="replication_copy",
+    description="a copier's group: files of one batch copied from one source to one destination",
+    states=("queued", "done", "failed"),
+    initial="queued",
+    final=("done", "failed"),
+    transitions=(("queued", "queued"), ("queued", "done"), ("queued", "failed")),
+    # files: the group, [name, ...]; todo: what is left of this round, and retry: what
+    # failed transiently in it, each [[name, replace, claimed mtime], ...].
+    columns=(
+        ("batch_id", "INTEGER NOT NULL"),
+        ("source", "TEXT NOT NULL"),
+        ("destination", "TEXT NOT NULL"),
+        ("mtime", "REAL NOT NULL"),
+        ("max_rounds", "INTEGER NOT NULL DEFAULT 6"),
+        ("files", "TEXT NOT NULL"),
+        ("todo", "TEXT NOT NULL"),
+        ("retry", "TEXT NOT NULL DEFAULT '[]'"),
+        ("rounds", "INTEGER NOT NULL DEFAULT 0"),
+        ("outcomes", "TEXT NOT NULL DEFAULT '{}'"),
+        ("bytes_copied", "INTEGER NOT NULL DEFAULT 0"),
+        ("problems", "TEXT NOT NULL DEFAULT '{}'"),
+        ("result", "TEXT NOT NULL DEFAULT ''"),
+    ),
+    unique=(("batch_id", "source", "destination"),),
+    attention_states=("failed",),
+    label_column="destination",
+    detail_column="result",
+)
+
 #: The one director object's key.
 POLICY: Final = "retention"
-#: The share of a worker's tick limit spent starting copies; the rest lets the last
-#: ones finish (a copy must fit in the rest: ``jobs.replicate_max_tick_s``).
+#: The share of a copier's tick limit spent starting copies; the rest lets the last
+#: one finish (a copy must fit in the rest: ``jobs.replicate_max_tick_s``). The
+#: worker moves files to the current layout for as long.
 TICK_BUDGET_SHARE: Final = 0.5
-#: Backoff between the rounds of a batch whose copies failed transiently (seconds).
+#: How long a batch in ``copying`` waits before it looks at its copy objects again
+#: (at most; its copies' last transition wakes it), seconds.
+COPYING_LOOK_S: Final = 60.0
+#: Backoff between the rounds of a copy object whose copies failed transiently (seconds).
 ROUND_BACKOFF_BASE_S: Final = 5.0
 ROUND_BACKOFF_MAX_S: Final = 300.0
 
@@ -168,10 +250,11 @@ Progress = Callable[[int], object]
 
 # ------------------------------------------------------------------------ reads
 def read_waiting_batches(conn: sqlite3.Connection, now: datetime) -> int:
-    """How many batch objects wait for a worker: not final and not held by a live
-    lease (due, backing off between rounds, or leased by a worker whose lease ran out)."""
+    """How many batch objects wait for a worker: ``queued`` and not held by a live
+    lease (due, or leased by a worker whose lease ran out). A batch in ``copying``
+    does not wait for a worker: its copies are claimed, so its files are not listed."""
     (count,) = conn.execute(
-        f"SELECT COUNT(*) FROM {BATCH.table} WHERE retry_at IS NOT NULL"
+        f"SELECT COUNT(*) FROM {BATCH.table} WHERE retry_at IS NOT NULL AND status = 'queued'"
         " AND (lease_owner IS NULL OR retry_at <= ?)",
         (format_time(now),),
     ).fetchone()
@@ -185,6 +268,15 @@ def read_pass(conn: sqlite3.Connection, pass_id: str) -> list[JobObject]:
         (pass_id,),
     ).fetchall()
     return [JobObject.from_row(BATCH, row) for row in rows]
+
+
+def read_batch_copies(conn: sqlite3.Connection, batch_id: int) -> list[JobObject]:
+    """The copy objects of batch ``batch_id``, in the order they were made."""
+    rows = conn.execute(
+        f"SELECT {', '.join(COPY.column_names)} FROM {COPY.table} WHERE batch_id = ? ORDER BY id",
+        (batch_id,),
+    ).fetchall()
+    return [JobObject.from_row(COPY, row) for row in rows]
 
 
 # ----------------------------------------------------------------------- writes
@@ -236,6 +328,33 @@ def write_batches(
     return write_objects(conn, BATCH, now, rows) if rows else []
 
 
+def write_copies(
+    conn: sqlite3.Connection,
+    batch_id: int,
+    max_rounds: int,
+    groups: Sequence[Sequence[Any]],
+    now: datetime,
+) -> list[int]:
+    """One ``replication_copy`` object per group of batch ``batch_id``, due now (one
+    transaction); a group that has its object already is skipped (the unique key on
+    (batch, source, destination)). ``groups``: ``[source, destination, mtime,
+    [[name, replace], ...]]`` as the batch's ``pending`` holds them; each file's
+    claim is ``ongoing`` since ``mtime``."""
+    rows: list[dict[str, Value]] = [
+        {
+            "batch_id": batch_id,
+            "source": source,
+            "destination": destination,
+            "mtime": mtime,
+            "max_rounds": max_rounds,
+            "files": json.dumps([name for name, _ in files]),
+            "todo": json.dumps([[name, replace, mtime] for name, replace in files]),
+        }
+        for source, destination, mtime, files in groups
+    ]
+    return write_objects(conn, COPY, now, rows, ignore_existing=True) if rows else []
+
+
 async def enqueue_pass(
     replicas: Replicas, ctx: JobContext, *, max_rounds: int = 6, replace_conflicts: bool = False
 ) -> str:
@@ -258,17 +377,25 @@ async def enqueue_pass(
 async def work_pass(
     ctx: JobContext, pass_id: str, *, progress: Progress | None = None, poll_s: float = 0.2
 ) -> list[JobObject]:
-    """Work the batches of ``pass_id`` with a replication worker of this process until
-    each is final (other processes' workers may take some: their batches are waited
-    for, read again every ``poll_s``); return them. ``progress(n)``: bytes copied."""
+    """Work the batches of ``pass_id`` with a replication worker and copiers of this
+    process (``retention.parallel_copies`` at once) until each batch is final
+    (other processes' actors may take some: their objects are waited for, read
+    again every ``poll_s``); return them. ``progress(n)``: bytes copied."""
+    batches = ("pass_id = ?", [pass_id])
+    copies = (f"batch_id IN (SELECT id FROM {BATCH.table} WHERE pass_id = ?)", [pass_id])
+    parallel, _ = CopierActor.limits_for(ctx)
     while True:
-        worker = ReplicationWorker(ctx, where=("pass_id = ?", [pass_id]))
-        worker.progress = progress
+        worker = ReplicationWorker(ctx, where=batches)
         await worker.run()
+        copiers = [CopierActor(ctx, number=n + 1, where=copies) for n in range(parallel)]
+        for copier in copiers:
+            copier.progress = progress
+        await asyncio.gather(*(copier.run() for copier in copiers))
         objects = await ctx.db.call(read_pass, pass_id)
         if all(obj.retry_at is None for obj in objects):
             return objects
-        await asyncio.sleep(poll_s)
+        if not worker.ticks and not any(copier.ticks for copier in copiers):
+            await asyncio.sleep(poll_s)  # copies backing off, or other processes' actors
 
 
 async def open_jobs(
@@ -390,64 +517,88 @@ class DirectorActor(_ReplicationActor):
 
 
 class ReplicationWorker(_ReplicationActor):
-    """Ticks one batch: its copies made, retried, or its files reported (module docstring)."""
+    """Ticks one batch: its copies planned, claimed and handed to copy objects, then
+    its end gathered from them (see the module docstring)."""
 
     name = "replication_worker"
     object_type = BATCH
-    queue_states = ("queued",)
+    queue_states = ("queued", "copying")
     max_concurrent = 1
     max_tick_s = 3600.0
     backoff_base_s = 10.0
     backoff_max_s = 600.0
-    #: Called with the bytes of each copy made (``store replicate``'s progress bar).
-    progress: Progress | None = None
 
     @classmethod
     def limits(cls, settings: JobsSettings) -> tuple[int, float]:
         return cls.max_concurrent, settings.replicate_max_tick_s
 
     async def tick(self, obj: JobObject) -> None:
+        if obj.status == "copying":
+            await self._gather(obj)
+            return
         replicas = self.replicas
         deadline = time.monotonic() + self.tick_limit_s * TICK_BUDGET_SHARE
-        pending = json.loads(str(obj["pending"]))
-        report = ReplicationReport()
-        if pending:
-            plans = await self._plans(pending)
-            report.add(await retry_copies(replicas, plans, progress=self.progress))
-        if not pending or int(obj["deferred"] or 0):
-            ids = [int(i) for i in json.loads(str(obj["file_ids"]))]
-            batch = await replicate_batch(
-                replicas,
-                ids,
-                replace_conflicts=bool(obj["replace_conflicts"]),
-                progress=self.progress,
-                deadline=deadline,
-            )
-            if int(obj["files"] or 0):
-                batch.files = 0  # (counted by the first tick)
-            report.add(batch)
-        rounds = int(obj["rounds"] or 0) + (1 if report.retry else 0)
-        values = _totals(obj, report, rounds)
-        retry = bool(report.retry) and rounds < int(obj["max_rounds"] or 1)
-        if retry or report.deferred:
-            values["pending"] = json.dumps(
-                [
-                    [c.file.name, c.source, c.destination, claimed, c.replace]
-                    for c, claimed in (report.retry if retry else ())
-                ]
-            )
-            values["deferred"] = report.deferred
-            # Copies left for want of time go on at once; failed ones after a backoff.
-            delay = (
-                0.0
-                if report.deferred
-                else backoff_s(rounds, ROUND_BACKOFF_BASE_S, ROUND_BACKOFF_MAX_S)
-            )
-            await self.transition_replication_batch_queued_to_queued(
-                obj, retry_at=self.due_in(delay), values=values
-            )
+        mtime = time.time()
+        ids = [int(i) for i in json.loads(str(obj["file_ids"]))]
+        report, planned = await plan_batch(
+            replicas, ids, replace_conflicts=bool(obj["replace_conflicts"]), deadline=deadline
+        )
+        claimed: list[CopyPlan] = []
+        for copy in planned:
+            if await claim_copy(replicas, copy, mtime):
+                claimed.append(copy)
+            else:
+                report.count("claimed_elsewhere")
+        values = _totals(obj, report)
+        if not claimed:
+            await self._end(obj, values)
             return
-        values["pending"], values["deferred"] = "[]", 0
+        groups = [
+            [source, destination, mtime, [[c.file.name, c.replace] for c in copies]]
+            for (source, destination), copies in group_by_pair(claimed).items()
+        ]
+        values["pending"] = json.dumps(groups)
+        if await self.transition_replication_batch_queued_to_copying(
+            obj, retry_at=self.due_in(self._look_s()), values=values
+        ):
+            await self.ctx.db.call(
+                write_copies, obj.id, int(obj["max_rounds"] or 1), groups, utcnow()
+            )
+
+    async def _gather(self, obj: JobObject) -> None:
+        """A batch in ``copying``: wait for its copy objects, then end it with their outcomes."""
+        copies = await self.ctx.db.call(read_batch_copies, obj.id)
+        groups: list[list[Any]] = json.loads(str(obj["pending"]))
+        made = {(str(c["source"]), str(c["destination"])) for c in copies}
+        missing = [g for g in groups if (g[0], g[1]) not in made]
+        if missing or any(c.retry_at is not None for c in copies):
+            if (
+                await self.transition_replication_batch_copying_to_copying(
+                    obj, retry_at=self.due_in(self._look_s())
+                )
+                and missing
+            ):
+                # The worker that moved the batch died before it wrote them.
+                max_rounds = int(obj["max_rounds"] or 1)
+                await self.ctx.db.call(write_copies, obj.id, max_rounds, missing, utcnow())
+            return
+        report = ReplicationReport()
+        rounds = int(obj["rounds"] or 0)
+        for copy in copies:
+            rounds = max(rounds, int(copy["rounds"] or 0))
+            report.bytes_copied += int(copy["bytes_copied"] or 0)
+            for outcome, n in json.loads(str(copy["outcomes"])).items():
+                report.outcomes[outcome] = report.outcomes.get(outcome, 0) + int(n)
+            for name, whys in json.loads(str(copy["problems"])).items():
+                report.unsafe.setdefault(name, []).extend(whys)
+        values = _totals(obj, report)
+        values["rounds"] = rounds
+        values["deferred"] = int(report.outcomes.get("deferred", 0))
+        await self._end(obj, values)
+
+    async def _end(self, obj: JobObject, values: dict[str, Value]) -> None:
+        """The batch's last transition: ``done``, or ``unsafe`` with the files still not
+        safe and why (a file whose problem a later copy mended is not named)."""
         problems: dict[str, list[str]] = json.loads(str(values["problems"]))
         unsafe = await self._still_unsafe(problems)
         values["problems"] = json.dumps({name: problems[name] for name in unsafe})
@@ -456,24 +607,19 @@ class ReplicationWorker(_ReplicationActor):
                 f"{name}: {'; '.join(dict.fromkeys(problems[name]))}" for name in unsafe[:3]
             )
             logger.warning("replication: batch #%d: %s", obj.id, values["result"])
-            await self.transition_replication_batch_queued_to_unsafe(obj, values=values)
+            if obj.status == "copying":
+                await self.transition_replication_batch_copying_to_unsafe(obj, values=values)
+            else:
+                await self.transition_replication_batch_queued_to_unsafe(obj, values=values)
+            return
+        values["result"] = _summary(values)
+        if obj.status == "copying":
+            await self.transition_replication_batch_copying_to_done(obj, values=values)
         else:
-            values["result"] = _summary(values)
             await self.transition_replication_batch_queued_to_done(obj, values=values)
 
-    async def _plans(self, pending: list[list[Any]]) -> list[tuple[CopyPlan, float]]:
-        """The copies an earlier round left to retry, with the files' rows as they are now."""
-        names = sorted({str(item[0]) for item in pending})
-        files = await self.replicas.index.call(read_file_copies, self.replicas.places, names=names)
-        by_name = {f.name: f for f in files}
-        plans: list[tuple[CopyPlan, float]] = []
-        for name, source, destination, claimed, replace in pending:
-            file = by_name.get(name)
-            if file is None or file.sha256 is None:
-                continue  # the file left the index (repaired): nothing to copy
-            seen = CopyRow(name, destination, file.sha256, "ongoing", float(claimed))
-            plans.append((CopyPlan(file, source, destination, seen, bool(replace)), claimed))
-        return plans
+    def _look_s(self) -> float:
+        return min(COPYING_LOOK_S, self.tick_limit_s)
 
     async def _still_unsafe(self, problems: dict[str, list[str]]) -> list[str]:
         """The files of ``problems`` that still have fewer present copies than the policy."""
@@ -484,10 +630,10 @@ class ReplicationWorker(_ReplicationActor):
         cutoff, wanted = replicas.cutoff(), replicas.policy.copies
         return [f.name for f in files if len(f.present_places(replicas.places, cutoff)) < wanted]
 
-    async def transition_replication_batch_queued_to_queued(
+    async def transition_replication_batch_queued_to_copying(
         self, obj: JobObject, *, retry_at: datetime, values: dict[str, Value]
     ) -> bool:
-        return await self.transition(obj, "queued", "queued", retry_at=retry_at, values=values)
+        return await self.transition(obj, "queued", "copying", retry_at=retry_at, values=values)
 
     async def transition_replication_batch_queued_to_done(
         self, obj: JobObject, *, values: dict[str, Value]
@@ -499,22 +645,155 @@ class ReplicationWorker(_ReplicationActor):
     ) -> bool:
         return await self.transition(obj, "queued", "unsafe", retry_at=None, values=values)
 
+    async def transition_replication_batch_copying_to_copying(
+        self, obj: JobObject, *, retry_at: datetime
+    ) -> bool:
+        return await self.transition(obj, "copying", "copying", retry_at=retry_at)
 
-def _totals(obj: JobObject, report: ReplicationReport, rounds: int) -> dict[str, Value]:
-    """The batch's columns after this round: counts summed, problems gathered."""
+    async def transition_replication_batch_copying_to_done(
+        self, obj: JobObject, *, values: dict[str, Value]
+    ) -> bool:
+        return await self.transition(obj, "copying", "done", retry_at=None, values=values)
+
+    async def transition_replication_batch_copying_to_unsafe(
+        self, obj: JobObject, *, values: dict[str, Value]
+    ) -> bool:
+        return await self.transition(obj, "copying", "unsafe", retry_at=None, values=values)
+
+
+class CopierActor(_ReplicationActor):
+    """Ticks one copy object: its files copied one by one (see the module docstring)."""
+
+    name = "replication_copier"
+    object_type = COPY
+    queue_states = ("queued",)
+    max_concurrent = 4
+    max_tick_s = 3600.0
+    backoff_base_s = 10.0
+    backoff_max_s = 600.0
+    #: Called with the bytes of each copy made (``store replicate``'s progress bar).
+    progress: Progress | None = None
+    #: Seconds a tick starts copies for (None: ``TICK_BUDGET_SHARE`` of its limit).
+    budget_s: float | None = None
+
+    @classmethod
+    def limits(cls, settings: JobsSettings) -> tuple[int, float]:
+        return cls.max_concurrent, settings.replicate_max_tick_s
+
+    @classmethod
+    def limits_for(cls, ctx: JobContext) -> tuple[int, float]:
+        """``retention.parallel_copies`` copiers at once (the class's default without
+        store settings), each tick limited by ``jobs.replicate_max_tick_s``."""
+        store = ctx.store
+        parallel = store.retention.parallel_copies if store is not None else cls.max_concurrent
+        return parallel, ctx.settings.replicate_max_tick_s
+
+    async def tick(self, obj: JobObject) -> None:
+        replicas = self.replicas
+        budget_s = self.budget_s
+        deadline = time.monotonic() + (
+            self.tick_limit_s * TICK_BUDGET_SHARE if budget_s is None else budget_s
+        )
+        source, destination = str(obj["source"]), str(obj["destination"])
+        todo: list[list[Any]] = json.loads(str(obj["todo"]))
+        retry: list[list[Any]] = json.loads(str(obj["retry"]))
+        rounds = int(obj["rounds"] or 0)
+        problems: dict[str, list[str]] = json.loads(str(obj["problems"]))
+        names = sorted({str(item[0]) for item in todo})
+        files = await replicas.index.call(read_file_copies, replicas.places, names=names)
+        by_name = {f.name: f for f in files}
+        replicas.rows.update(by_name)  # where the primary keeps them
+        report = ReplicationReport()
+        started = False
+        while todo and not (started and time.monotonic() >= deadline):
+            name, replace, claimed = todo[0]
+            file = by_name.get(name)
+            if file is not None and file.sha256 is not None:  # else it left the index
+                started = True
+                seen = CopyRow(name, destination, file.sha256, "ongoing", float(claimed))
+                copy = CopyPlan(file, source, destination, seen, bool(replace))
+                # The worker's claim is kept; a retry renews it (the copy's new mtime).
+                mtime = time.time() if rounds else float(claimed)
+                outcome = await claim_and_copy(
+                    replicas, copy, mtime, DEFAULT_RETRY, report, self.progress
+                )
+                if outcome in COPIED:
+                    problems.pop(name, None)
+            todo.pop(0)
+        retry += [[c.file.name, c.replace, claimed] for c, claimed in report.retry]
+        for name, whys in report.unsafe.items():
+            problems.setdefault(name, []).extend(whys)
+        if todo:
+            report.outcomes["deferred"] = len(todo)
+        values = _sums(obj, report)
+        values["problems"] = json.dumps(problems)
+        if todo:  # the tick's time is up: the rest at once, by the next tick
+            values.update(todo=json.dumps(todo), retry=json.dumps(retry))
+            await self.transition_replication_copy_queued_to_queued(
+                obj, retry_at=self.due_in(0.0), values=values
+            )
+            return
+        if retry:
+            rounds += 1
+            values["rounds"] = rounds
+            if rounds < int(obj["max_rounds"] or 1):
+                values.update(todo=json.dumps(retry), retry="[]")
+                delay = backoff_s(rounds, ROUND_BACKOFF_BASE_S, ROUND_BACKOFF_MAX_S)
+                await self.transition_replication_copy_queued_to_queued(
+                    obj, retry_at=self.due_in(delay), values=values
+                )
+                return
+        values.update(todo="[]", retry=json.dumps(retry))
+        wake: list[Wake] = [(BATCH, [int(obj["batch_id"] or 0)])]
+        if problems:
+            values["result"] = f"{len(problems)} file(s) not copied: " + "; ".join(
+                f"{name}: {'; '.join(dict.fromkeys(whys))}"
+                for name, whys in list(problems.items())[:3]
+            )
+            # (INFO: its batch warns with the same reasons once it has gathered them.)
+            logger.info("replication: copy #%d: %s", obj.id, values["result"])
+            await self.transition_replication_copy_queued_to_failed(obj, values=values, wake=wake)
+            return
+        values["result"] = _summary({**values, "files": len(json.loads(str(obj["files"])))})
+        await self.transition_replication_copy_queued_to_done(obj, values=values, wake=wake)
+
+    async def transition_replication_copy_queued_to_queued(
+        self, obj: JobObject, *, retry_at: datetime, values: dict[str, Value]
+    ) -> bool:
+        return await self.transition(obj, "queued", "queued", retry_at=retry_at, values=values)
+
+    async def transition_replication_copy_queued_to_done(
+        self, obj: JobObject, *, values: dict[str, Value], wake: list[Wake]
+    ) -> bool:
+        return await self.transition(obj, "queued", "done", retry_at=None, values=values, wake=wake)
+
+    async def transition_replication_copy_queued_to_failed(
+        self, obj: JobObject, *, values: dict[str, Value], wake: list[Wake]
+    ) -> bool:
+        return await self.transition(
+            obj, "queued", "failed", retry_at=None, values=values, wake=wake
+        )
+
+
+def _sums(obj: JobObject, report: ReplicationReport) -> dict[str, Value]:
+    """The object's counts (``outcomes``, ``bytes_copied``) with ``report``'s added."""
     outcomes: dict[str, int] = json.loads(str(obj["outcomes"]))
     for outcome, n in report.outcomes.items():
         outcomes[outcome] = outcomes.get(outcome, 0) + n
-    if report.deferred:
-        outcomes["deferred"] = outcomes.get("deferred", 0) + report.deferred
+    return {
+        "outcomes": json.dumps(outcomes, sort_keys=True),
+        "bytes_copied": int(obj["bytes_copied"] or 0) + report.bytes_copied,
+    }
+
+
+def _totals(obj: JobObject, report: ReplicationReport) -> dict[str, Value]:
+    """The batch's columns with ``report`` added: counts summed, problems gathered."""
     problems: dict[str, list[str]] = json.loads(str(obj["problems"]))
     for name, whys in report.unsafe.items():
         problems.setdefault(name, []).extend(whys)
     return {
-        "rounds": rounds,
+        **_sums(obj, report),
         "files": int(obj["files"] or 0) + report.files,
-        "outcomes": json.dumps(outcomes, sort_keys=True),
-        "bytes_copied": int(obj["bytes_copied"] or 0) + report.bytes_copied,
         "problems": json.dumps(problems),
     }
 

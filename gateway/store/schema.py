@@ -34,6 +34,8 @@ The schema after every step (``sqlite3 index.sqlite3 .schema`` shows it)::
     jobs_replication_director, jobs_replication_batch       -- step 4
     jobs_migrate                                                -- step 5
         (the migrator's objects: :mod:`gateway.store.migrate_actor`)
+    jobs_replication_copy                                       -- step 6
+        (the replication copier's objects: :mod:`gateway.store.replication_jobs`)
 
 :mod:`gateway.store.db` says what each column of ``files`` and ``captures``
 means, :mod:`gateway.store.copies` those of ``copies`` and ``publications``.
@@ -352,7 +354,6 @@ def add_copy_status(conn: sqlite3.Connection) -> None:
     )
 
 
-#: The chain, in order; step ``n`` (from 1) brings the database to version ``n``.
 def add_migrate_table(conn: sqlite3.Connection) -> None:
     """Step 5: the migrator's objects (:mod:`gateway.store.migrate_actor`), one per layout.
 
@@ -402,6 +403,70 @@ def add_migrate_table(conn: sqlite3.Connection) -> None:
     )
 
 
+def add_copier_table(conn: sqlite3.Connection) -> None:
+    """Step 6: the replication copier's objects (:mod:`gateway.store.replication_jobs`),
+    one per (source, destination) group of a batch, and the batch's new state
+    ``copying`` (it waits there for its copy objects).
+
+    Written out like steps 3 to 5, and held equal to the declaration by the same
+    test. A batch of the release before left ``queued`` is planned afresh by the
+    new worker (copies it claimed count as under way until ``archival_max_age_s``).
+    """
+    statements = (
+        """CREATE TABLE IF NOT EXISTS jobs_replication_copy (
+            id INTEGER PRIMARY KEY,
+            status TEXT NOT NULL,
+            retry_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            last_error_at TEXT,
+            lease_owner TEXT,
+            batch_id INTEGER NOT NULL,
+            source TEXT NOT NULL,
+            destination TEXT NOT NULL,
+            mtime REAL NOT NULL,
+            max_rounds INTEGER NOT NULL DEFAULT 6,
+            files TEXT NOT NULL,
+            todo TEXT NOT NULL,
+            retry TEXT NOT NULL DEFAULT '[]',
+            rounds INTEGER NOT NULL DEFAULT 0,
+            outcomes TEXT NOT NULL DEFAULT '{}',
+            bytes_copied INTEGER NOT NULL DEFAULT 0,
+            problems TEXT NOT NULL DEFAULT '{}',
+            result TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_copy_due ON jobs_replication_copy(retry_at)"
+        " WHERE retry_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_copy_status ON jobs_replication_copy(status)",
+        "CREATE INDEX IF NOT EXISTS jobs_replication_copy_errors"
+        " ON jobs_replication_copy(last_error_at) WHERE last_error_at IS NOT NULL",
+        "CREATE UNIQUE INDEX IF NOT EXISTS jobs_replication_copy_batch_id_source_destination"
+        " ON jobs_replication_copy(batch_id, source, destination)",
+    )
+    for statement in statements:
+        conn.execute(statement)
+    conn.executemany(
+        "INSERT OR REPLACE INTO jobs_object_types (name, table_name, states, final)"
+        " VALUES (?, ?, ?, ?)",
+        [
+            (
+                "replication_batch",
+                "jobs_replication_batch",
+                '["queued", "copying", "done", "unsafe"]',
+                '["done", "unsafe"]',
+            ),
+            (
+                "replication_copy",
+                "jobs_replication_copy",
+                '["queued", "done", "failed"]',
+                '["done", "failed"]',
+            ),
+        ],
+    )
+
+
 #: The chain, in order; step ``n`` (from 1) brings the database to version ``n``.
 STEPS: Final[list[Step]] = [
     create_index_tables,
@@ -409,6 +474,7 @@ STEPS: Final[list[Step]] = [
     add_jobs_tables,
     add_copy_status,
     add_migrate_table,
+    add_copier_table,
 ]
 
 #: The version this release writes.

@@ -3,6 +3,8 @@
 - the S3 server killed in the middle of a copy: the copy stays ``ongoing`` (it
   counts as under way), expires after ``archival_max_age_s``, and is made
   again once the server is back; what the killed upload left is removed;
+- the S3 server down for a copy object's first round: the copy is retried by its
+  object after a backoff, the claim renewed, and made once the server is back;
 - ``gateway store replicate`` SIGKILLed at 20 random moments while it uploads
   (multipart uploads to SeaweedFS): no ``present`` copy is ever incomplete or
   wrong, and a run after the last kill makes every file safe;
@@ -18,6 +20,7 @@ The seed is printed so that a failing run can be repeated
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -32,8 +35,23 @@ from typing import Final
 import pytest
 
 from gateway.config import load_config
+from gateway.jobs.db import JobObject, parse_time, utcnow
 from gateway.storage.pool import StoragePool
 from gateway.storage.s3 import S3Storage
+from gateway.store.layout import Layout
+from gateway.store.replicas import Replicas
+from gateway.store.replication_jobs import (
+    BATCH,
+    COPY,
+    ROUND_BACKOFF_BASE_S,
+    CopierActor,
+    ReplicationWorker,
+    enqueue_pass,
+    open_jobs,
+    read_batch_copies,
+    read_pass,
+    work_pass,
+)
 from tests.conftest import run_seaweedfs
 from tests.jobs.process_support import start_worker
 from tests.storage.seaweedfs import SeaweedFS
@@ -174,6 +192,57 @@ def test_the_s3_server_stopped_in_the_middle_of_a_copy(
     objects = asyncio.run(_objects(config))
     assert objects == {name: (store_path(root / "warcs", name).stat().st_size, sha256)}
     assert asyncio.run(_leftovers(config)) == []
+
+
+@pytest.mark.timeout(240)
+def test_a_copy_that_failed_transiently_is_retried_by_its_copy_object(
+    own_seaweedfs: SeaweedFS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The S3 server down for the first round of a copy object: the copy fails
+    transiently (after the copier's own retries), keeps its ``ongoing`` claim, and the
+    object is due again after its backoff; with the server back, its next round renews
+    the claim and makes the copy, and the batch ends ``done``."""
+    for key, value in own_seaweedfs.environ().items():
+        monkeypatch.setenv(key, value)
+    root = tmp_path / "store"
+    record_files(root, captures=2, body_bytes=30_000, rollover_bytes=1_000_000)
+    ((name, sha256),) = closed_files(root).items()
+    config = write_config(tmp_path / "c.yaml", root, [s3_place(own_seaweedfs.endpoint)], copies=2)
+    settings = load_config(config).store
+
+    async def replicate() -> tuple[JobObject, JobObject, float, float]:
+        replicas = Replicas(settings, Layout(root))
+        db, ctx = await open_jobs(root, settings, None, [BATCH, COPY], "test")
+        try:
+            pass_id = await enqueue_pass(replicas, ctx)
+            await ReplicationWorker(ctx).run()
+            (batch,) = await db.call(read_pass, pass_id)
+            first_claim = _claimed_at(root, name)
+            own_seaweedfs.kill()
+            await CopierActor(ctx).run()  # the first round; the second is not due yet
+            (copy,) = await db.call(read_batch_copies, batch.id)
+            assert (copy.status, copy["rounds"]) == ("queued", 1), copy
+            assert [item[0] for item in json.loads(str(copy["todo"]))] == [name]
+            assert copy_rows(root)[(name, "s3")] == ("ongoing", sha256)
+            assert copy.retry_at is not None
+            due_in_s = (parse_time(copy.retry_at) - utcnow()).total_seconds()
+            assert 0 < due_in_s <= ROUND_BACKOFF_BASE_S
+            own_seaweedfs.restart()
+            objects = await work_pass(ctx, pass_id)  # waits for the backoff, then copies
+            (copy,) = await db.call(read_batch_copies, batch.id)
+            return objects[0], copy, first_claim, _claimed_at(root, name)
+        finally:
+            await db.close()
+            await replicas.close()
+
+    batch, copy, first_claim, last_claim = asyncio.run(replicate())
+    assert (batch.status, copy.status) == ("done", "done")
+    assert json.loads(str(batch["outcomes"])) == {"copied": 1, "retry": 1}
+    assert batch["rounds"] == 1
+    assert copy_rows(root)[(name, "s3")] == ("present", sha256)
+    assert last_claim > first_claim  # the retry renewed the claim; present since then
+    objects = asyncio.run(_objects(config))
+    assert objects == {name: (store_path(root / "warcs", name).stat().st_size, sha256)}
 
 
 def _claimed_at(root: Path, name: str) -> float:

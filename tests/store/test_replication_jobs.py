@@ -1,8 +1,8 @@
 """Replication as background work (issue 13 §3, "done when"): the policy holds by itself
 in ``gateway serve``, whose director, workers and scrub find and mend a lost primary and a
 damaged replica with no command run; a batch that cannot make a file safe ends ``unsafe``
-with the reason, shown by ``gateway jobs``; a worker's tick is time-boxed (the copies it
-has no time for are deferred, unclaimed)."""
+with the reason, shown by ``gateway jobs``; a copier's tick is time-boxed (the files it
+has no time for are left, claimed, to the next tick of the same object)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,25 @@ from pathlib import Path
 import pytest
 
 from gateway.config import load_config
+from gateway.jobs.db import JobObject, parse_time, utcnow
+from gateway.jobs.hooks import hookimpl
 from gateway.store.copy_scrub import PartialDigest, ScrubReport, verify_copies_of
 from gateway.store.layout import Layout
 from gateway.store.replicas import Replicas
 from gateway.store.replication import director_batches, replicate_batch
-from gateway.store.replication_jobs import BATCH, DIRECTOR
+from gateway.store.replication_jobs import (
+    BATCH,
+    COPY,
+    DIRECTOR,
+    CopierActor,
+    ReplicationWorker,
+    enqueue_pass,
+    open_jobs,
+    read_batch_copies,
+    read_pass,
+    report_of,
+    work_pass,
+)
 from tests.conftest import MakeClient
 from tests.jobs.process_support import run_gateway
 from tests.store.replication_support import (
@@ -154,28 +168,95 @@ def test_a_batch_that_cannot_make_a_file_safe_ends_unsafe_with_the_reason(
     assert f"1 file(s) not safe: {victim}: primary -> backup: source_corrupt" in shown.stdout
 
 
-async def test_a_worker_defers_the_copies_its_tick_has_no_time_for(tmp_path: Path) -> None:
-    """A copy whose turn comes after the tick's deadline is not started, not even
-    claimed; the next call plans it afresh and makes it."""
+async def test_a_copier_leaves_the_files_its_tick_has_no_time_for_to_its_next_tick(
+    tmp_path: Path,
+) -> None:
+    """The worker claims every copy and hands the group to one copy object; a copier
+    whose tick has no time left after a copy leaves the rest of the group, still
+    claimed, to the next tick of the same object; the last one wakes the batch,
+    whose next tick ends it."""
+    root = tmp_path / "store"
+    await asyncio.to_thread(
+        record_files, root, captures=6, body_bytes=30_000, rollover_bytes=60_000
+    )
+    files = closed_files(root)
+    assert len(files) >= 3
+    config = write_config(tmp_path / "c.yaml", root, [local_place(tmp_path, "backup")], copies=2)
+    settings = load_config(config).store
+    replicas = Replicas(settings, Layout(root))
+    db, ctx = await open_jobs(root, settings, None, [BATCH, COPY], "test")
+    seen: list[dict[tuple[str, str], tuple[str, str]]] = []
+
+    class Recorder:
+        @hookimpl
+        def on_actor_tick_end(self, actor: object, obj: JobObject) -> None:
+            if obj.type is COPY:
+                seen.append(copy_rows(root))
+
+    ctx.hooks.manager.register(Recorder())
+    try:
+        pass_id = await enqueue_pass(replicas, ctx)
+        worker = ReplicationWorker(ctx)
+        await worker.run()
+        (batch,) = await db.call(read_pass, pass_id)
+        assert (worker.ticks, batch.status) == (1, "copying")
+        (group,) = await db.call(read_batch_copies, batch.id)
+        assert (group["source"], group["destination"]) == ("primary", "backup")
+        assert sorted(json.loads(str(group["files"]))) == sorted(files)
+        rows = copy_rows(root)
+        assert all(rows[(name, "backup")] == ("ongoing", sha) for name, sha in files.items())
+
+        copier = CopierActor(ctx)
+        copier.budget_s = 0.0  # one copy per tick
+        await copier.run()
+        assert copier.ticks == len(files)
+        for ticked, rows in enumerate(seen, start=1):  # claimed until copied
+            statuses = sorted(rows[(name, "backup")][0] for name in files)
+            assert statuses == ["ongoing"] * (len(files) - ticked) + ["present"] * ticked
+        (group,) = await db.call(read_batch_copies, batch.id)
+        assert group.status == "done", group
+        assert json.loads(str(group["outcomes"]))["copied"] == len(files)
+        (batch,) = await db.call(read_pass, pass_id)
+        assert batch.status == "copying"
+        assert batch.retry_at is not None
+        assert parse_time(batch.retry_at) <= utcnow()  # woken by its copy's last transition
+        await ReplicationWorker(ctx).run()
+        (batch,) = await db.call(read_pass, pass_id)
+        assert batch.status == "done", batch
+        assert json.loads(str(batch["outcomes"]))["copied"] == len(files)
+    finally:
+        await db.close()
+        await replicas.close()
+    rows = copy_rows(root)
+    assert all(rows[(name, "backup")] == ("present", sha) for name, sha in files.items())
+
+
+async def test_a_batch_writes_the_copy_objects_its_dead_worker_did_not(tmp_path: Path) -> None:
+    """The worker moves its batch to ``copying`` first and writes its copy objects
+    after (a copier could otherwise end, and wake the batch, while the worker still
+    leases it); killed between the two, it leaves the groups in the batch, whose next
+    tick writes the missing objects."""
     root = tmp_path / "store"
     await asyncio.to_thread(
         record_files, root, captures=4, body_bytes=30_000, rollover_bytes=60_000
     )
     files = closed_files(root)
-    config = write_config(
-        tmp_path / "c.yaml", root, [local_place(tmp_path, "backup")], copies=2, parallel_copies=1
-    )
-    replicas = Replicas(load_config(config).store, Layout(root))
+    config = write_config(tmp_path / "c.yaml", root, [local_place(tmp_path, "backup")], copies=2)
+    settings = load_config(config).store
+    replicas = Replicas(settings, Layout(root))
+    db, ctx = await open_jobs(root, settings, None, [BATCH, COPY], "test")
     try:
-        ids = [ids async for ids in director_batches(replicas)]
-        assert [len(batch) for batch in ids] == [len(files)]
-        late = await replicate_batch(replicas, ids[0], deadline=time.monotonic())
-        assert (late.deferred, late.outcomes, late.unsafe) == (len(files), {}, {})
-        assert not any(storage == "backup" for _, storage in copy_rows(root))  # no claim
-        rest = await replicate_batch(replicas, ids[0], deadline=time.monotonic() + 600)
-        assert (rest.deferred, rest.outcomes) == (0, {"copied": len(files)})
+        pass_id = await enqueue_pass(replicas, ctx)
+        await ReplicationWorker(ctx).run()
+        with sqlite3.connect(root / "index.sqlite3") as conn:  # what the kill left
+            conn.execute(f"DELETE FROM {COPY.table}")
+            conn.execute(f"UPDATE {BATCH.table} SET retry_at = '2000-01-01T00:00:00.000000Z'")
+        objects = await work_pass(ctx, pass_id)
     finally:
+        await db.close()
         await replicas.close()
+    assert [obj.status for obj in objects] == ["done"]
+    assert report_of(objects).outcomes == {"copied": len(files)}
     rows = copy_rows(root)
     assert all(rows[(name, "backup")] == ("present", sha) for name, sha in files.items())
 
