@@ -44,8 +44,10 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from gateway.loaders.warc_build import HOP_BY_HOP
+
 __all__ = [
-    "HOP_BY_HOP",
+    "NOT_FORWARDED",
     "RECORDER_SESSION",
     "RecorderLink",
     "forwarding",
@@ -59,22 +61,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: The session a forwarding worker talks to the recorder with.
 RECORDER_SESSION: Final = web.AppKey("recorder_session", aiohttp.ClientSession)
 
-#: Headers that belong to one connection (RFC 9110 §7.6.1), and those the
-#: forwarding hop sets itself: never copied across it.
-HOP_BY_HOP: Final = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-    }
-)
+#: Headers that belong to one connection (RFC 9110 §7.6.1), and ``Host``,
+#: which the forwarding hop sets itself: never copied across it.
+NOT_FORWARDED: Final = HOP_BY_HOP | {"host"}
 
 #: Seconds to wait for the recorder's socket to accept (it is local: a
 #: recorder that does not accept at once is not there).
@@ -147,7 +136,7 @@ async def _forward(
     records, and they must be the client's, as with one process.
     """
     body = await request.read() if request.body_exists else None  # bounded: client_max_size
-    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED]
     headers.append(("Host", request.host))
     target = URL(f"http://recorder{request.raw_path}", encoded=True)
     try:
@@ -168,7 +157,7 @@ async def _forward(
     async with upstream:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for name, value in upstream.headers.items():
-            if name.lower() not in HOP_BY_HOP:
+            if name.lower() not in NOT_FORWARDED:
                 response.headers.add(name, value)
         response.headers.add("Via", f"1.1 {by}")
         await response.prepare(request)

@@ -118,8 +118,8 @@ class _Gateway:
         return _get(self.port, "/_health")[0] == 200
 
 
-@pytest.fixture
-def serve(config: Path, tmp_path: Path) -> Iterator[_Gateway]:
+def _start_two_workers(config: Path, tmp_path: Path) -> _Gateway:
+    """``gateway serve --workers 2`` of ``config`` on a free port, in its own process group."""
     port = free_port()
     log = tmp_path / "gateway.log"
     with log.open("wb") as out:
@@ -129,7 +129,13 @@ def serve(config: Path, tmp_path: Path) -> Iterator[_Gateway]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    gateway = _Gateway(proc, port, log)
+    return _Gateway(proc, port, log)
+
+
+@pytest.fixture
+def serve(config: Path, tmp_path: Path) -> Iterator[_Gateway]:
+    gateway = _start_two_workers(config, tmp_path)
+    proc, log = gateway.proc, gateway.log
     try:
         _wait_for("two workers answering", lambda: len(gateway.workers()) == 2, proc, log)
         _wait_for("/_health answering", gateway.answers, proc, log)
@@ -238,16 +244,8 @@ def test_workers_record_through_worker_0_and_a_killed_one_is_replaced(
         "    sequence:\n      - name: live\n"
         "        index: {type: live, allow_private_networks: true}\n        record: true\n"
     )
-    port = free_port()
-    log = tmp_path / "gateway.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            _serve_argv(config, "--port", str(port), "--workers", "2"),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    gateway = _Gateway(proc, port, log)
+    gateway = _start_two_workers(config, tmp_path)
+    proc, port, log = gateway.proc, gateway.port, gateway.log
     lock = str(root / "writer.lock")
 
     def recorder_ready() -> bool:
@@ -319,16 +317,8 @@ def test_workers_read_one_store_each_opening_it_shared(sample_dir: Path, tmp_pat
     _store_of_sample(sample_dir, root)
     config = tmp_path / "collections.yaml"
     config.write_text(f"store:\n  root: {root}\ncollections:\n  s: $store\n")
-    port = free_port()
-    log = tmp_path / "gateway.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            _serve_argv(config, "--port", str(port), "--workers", "2"),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    gateway = _Gateway(proc, port, log)
+    gateway = _start_two_workers(config, tmp_path)
+    proc, port, log = gateway.proc, gateway.port, gateway.log
     index = str(root / "index.sqlite3")
 
     def both_opened_the_store() -> bool:
