@@ -466,9 +466,15 @@ class DirectorActor(_ReplicationActor):
     object_type = DIRECTOR
     queue_states = ("waiting",)
     max_concurrent = 1
+    #: The tick limit (and lease), or ``jobs.replicate_max_tick_s`` when shorter:
+    #: a director killed mid-tick holds its lease, and replication waits for it.
     max_tick_s = 600.0
     backoff_base_s = 10.0
     backoff_max_s = 600.0
+
+    @classmethod
+    def limits(cls, settings: JobsSettings) -> tuple[int, float]:
+        return cls.max_concurrent, min(cls.max_tick_s, settings.replicate_max_tick_s)
 
     @classmethod
     async def seed(cls, ctx: JobContext) -> None:

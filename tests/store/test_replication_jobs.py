@@ -18,6 +18,7 @@ import pytest
 from gateway.config import load_config
 from gateway.jobs.db import JobObject, parse_time, utcnow
 from gateway.jobs.hooks import hookimpl
+from gateway.jobs.settings import JobsSettings
 from gateway.store.copy_scrub import PartialDigest, ScrubReport, verify_copies_of
 from gateway.store.layout import Layout
 from gateway.store.replicas import Replicas
@@ -27,6 +28,7 @@ from gateway.store.replication_jobs import (
     COPY,
     DIRECTOR,
     CopierActor,
+    DirectorActor,
     ReplicationWorker,
     enqueue_pass,
     open_jobs,
@@ -340,3 +342,9 @@ async def test_a_file_closed_while_serving_wakes_the_director(
     assert added.returncode == 0, added.stdout + added.stderr
     assert len(set(closed_files(root)) - before) == 1
     await _until("the imported file copied well before the director's interval", safe)
+
+
+def test_the_directors_lease_follows_a_shorter_replicate_max_tick_s() -> None:
+    # A director killed mid-tick holds its lease: replication waits that long.
+    assert DirectorActor.limits(JobsSettings()) == (1, 600.0)
+    assert DirectorActor.limits(JobsSettings(replicate_max_tick_s=4.0)) == (1, 4.0)
