@@ -166,8 +166,8 @@ async def _machinery(objects: int, actors: int) -> Rate:
         actor_type = _noop_actor(actors)
         hooks = Hooks([finish])
         hooks.add_object_types([NOOP])
-        ctx = JobContext(
-            db=db, hooks=hooks, settings=JobsSettings(), store_root=Path(tmp), owner="bench"
+        ctx: JobContext[None] = JobContext(
+            db=db, hooks=hooks, settings=JobsSettings(), owner="bench", app=None
         )
         orchestrator = Orchestrator(ctx, [actor_type])
         start, cpu = time.perf_counter(), time.process_time()

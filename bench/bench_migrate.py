@@ -6,7 +6,7 @@ For each set of files, side by side in one run, ``--repeat`` times
 interleaved, each on a fresh copy of the same layout-1 store (made once, the
 copy not timed):
 
-- **migrate**: :func:`gateway.store.migrator.run_migration` in this process
+- **migrate**: :func:`gateway.store.migration.migrator.run_migration` in this process
   (what ``gateway store migrate`` runs, without the interpreter's start-up):
   the index pass moves every file from the flat ``warcs/`` to
   ``warcs/YYYY/MM/DD/`` (copy, fsync, read back from the disk and verify
@@ -42,7 +42,7 @@ from typing import Final
 
 from bench.harness import machine, print_machine
 from gateway.store.layout import Layout
-from gateway.store.migrator import MigrationReport, open_shared, run_migration
+from gateway.store.migration.migrator import MigrationReport, open_shared, run_migration
 from tests.store.migrate_support import written_store
 
 #: name -> (files, payload bytes per file)

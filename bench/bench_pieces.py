@@ -57,15 +57,16 @@ def _pieces() -> dict[str, Callable[[], object]]:
     from aiohttp import web
     from aiohttp.test_utils import make_mocked_request
 
-    from gateway.aggregate import Collection, IndexGroup, Step
     from gateway.api.common import capture_query
     from gateway.api.index import index_handler, line_renderer
-    from gateway.app import api_route
-    from gateway.cdxj import CdxRecord
+    from gateway.api.keys import COLLECTIONS
+    from gateway.api.metrics import RouteStats
+    from gateway.cdx.cdxj import CdxRecord
+    from gateway.cdx.query import parse_query
     from gateway.clients import SharedClients
-    from gateway.keys import COLLECTIONS
-    from gateway.metrics import RouteStats
-    from gateway.query import parse_query
+    from gateway.index.collection import Collection, Step
+    from gateway.index.group import IndexGroup
+    from gateway.server.app import api_route
     from gateway.sources.cdxj_file import CdxjFileSource, FileSourceConfig
 
     source = CdxjFileSource.from_config(

@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from gateway.clients import SharedClients
 from gateway.loaders import warc_reader
 from gateway.loaders.base import LoadContext

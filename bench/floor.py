@@ -10,7 +10,7 @@ gateway gave for those paths. One handler looks the path up and returns a
 (uvloop when installed), aiohttp's own ``web.run_app`` with the settings
 ``gateway serve`` passes to its ``run_app`` (no access log,
 ``handler_cancellation``); stock aiohttp, so without the gateway's request
-line re-read for raw UTF-8 (``gateway/http_server.py``, about 2.5k
+line re-read for raw UTF-8 (``gateway/server/http_server.py``, about 2.5k
 instructions per request, counted against the gateway): what is left of a
 request when nothing is looked up and nothing is read, the cost a gateway
 row is compared with (bench/README.md). Binds 127.0.0.1 only.

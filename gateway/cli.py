@@ -7,7 +7,7 @@ Only :mod:`argparse` is imported up front: each command imports what it
 needs when it runs (aiohttp, the config reader and every source type take
 most of a second to import), so ``gateway --help`` answers at once. A
 module that adds commands registers its parsers without importing its
-implementation (see :func:`gateway.store.cli.add_subcommands`).
+implementation (see :func:`gateway.commands.store.add_subcommands`).
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gateway.logs import add_logging_arguments
 from gateway.progress import add_progress_argument
+from gateway.server.logs import add_logging_arguments
 
 if TYPE_CHECKING:
     import asyncio
     import socket
 
-    from gateway.aggregate import Collection
     from gateway.clients import SharedClients
     from gateway.config import GatewayConfig
-    from gateway.recorder_link import RecorderLink
+    from gateway.index.collection import Collection
+    from gateway.server.recorder_link import RecorderLink
 
 __all__ = ["main"]
 
@@ -56,10 +56,10 @@ def _serve(args: argparse.Namespace) -> int:
     import logging
 
     from gateway.clients import SharedClients
-    from gateway.collection_builder import build_collections
     from gateway.errors import ConfigError
-    from gateway.jobs.service import JobsService
-    from gateway.logs import configure_logging
+    from gateway.server.collection_builder import build_collections
+    from gateway.server.jobs_service import JobsService
+    from gateway.server.logs import configure_logging
     from gateway.store.errors import StoreError
 
     try:
@@ -113,16 +113,16 @@ def _run_app(
 
     ``parent``: the supervisor's pid when this process is one of
     ``--workers`` (the worker stops when it goes away); ``recorder``: its
-    place when the config records (:mod:`gateway.recorder_link`).
+    place when the config records (:mod:`gateway.server.recorder_link`).
     """
-    from gateway.app import create_app
-    from gateway.http_server import run_app
-    from gateway.logs import access_logger
+    from gateway.server.app import create_app
+    from gateway.server.http_server import run_app
+    from gateway.server.logs import access_logger
 
     app = create_app(config, collections=collections, clients=clients, recorder=recorder)
     app.on_startup.append(_freeze_heap)
     if parent is not None:
-        from gateway.workers import watch_parent
+        from gateway.server.workers import watch_parent
 
         watch_parent(app, parent)
     run_app(  # aiohttp's run_app, raw UTF-8 request targets read percent-encoded
@@ -139,19 +139,21 @@ def _run_app(
 def _serve_workers(
     args: argparse.Namespace, config: GatewayConfig, names: str, sock: socket.socket
 ) -> int:
-    """``--workers N``: ``sock`` is bound once, N processes serve it (:mod:`gateway.workers`).
+    """``--workers N``: ``sock`` is bound once, N processes serve it.
+
+    See :mod:`gateway.server.workers`.
 
     A config that records gets a private directory for the recorder's
-    socket (:mod:`gateway.recorder_link`), removed when the supervisor exits.
+    socket (:mod:`gateway.server.recorder_link`), removed when the supervisor exits.
     """
     import logging
     import shutil
     import tempfile
 
     from gateway.clients import SharedClients
-    from gateway.collection_builder import build_collections
-    from gateway.recorder_link import RecorderLink
-    from gateway.workers import Supervisor
+    from gateway.server.collection_builder import build_collections
+    from gateway.server.recorder_link import RecorderLink
+    from gateway.server.workers import Supervisor
 
     records = any(coll.records for coll in config.collections.values())
     runtime = tempfile.mkdtemp(prefix="gateway-") if records else None
@@ -207,9 +209,9 @@ async def _freeze_heap(app: object) -> None:
 
 def _check_config(args: argparse.Namespace) -> int:
     from gateway.clients import SharedClients
-    from gateway.collection_builder import build_collections
     from gateway.errors import ConfigError
     from gateway.missing_dirs import report_only
+    from gateway.server.collection_builder import build_collections
 
     try:
         config = _load(args.file)
@@ -256,7 +258,7 @@ def _print_storages(config: GatewayConfig) -> None:
 
 
 def _index(args: argparse.Namespace) -> int:
-    """``gateway index``: see :func:`gateway.indexer.index_archives`.
+    """``gateway index``: see :func:`gateway.index.indexer.index_archives`.
 
     Each problem is one line on stderr; the exit status is 1 when there was
     any (``--strict``: at the first, with nothing written). ``-o FILE`` is
@@ -265,7 +267,7 @@ def _index(args: argparse.Namespace) -> int:
     """
     from pathlib import Path
 
-    from gateway.indexer import IndexReport, archive_files, index_archives
+    from gateway.index.indexer import IndexReport, archive_files, index_archives
     from gateway.progress import progress_bar
 
     inputs = [Path(p) for p in args.warcs]
@@ -305,7 +307,7 @@ def _index(args: argparse.Namespace) -> int:
 
 
 def _workers_arg(text: str) -> int:
-    from gateway.workers import parse_workers
+    from gateway.server.workers import parse_workers
 
     try:
         return parse_workers(text)
@@ -349,11 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     index.set_defaults(run=_index)
 
-    from gateway.store.cli import add_subcommands as add_store_subcommands
+    from gateway.commands.store import add_subcommands as add_store_subcommands
 
     add_store_subcommands(sub)
 
-    from gateway.jobs.cli import add_subcommands as add_jobs_subcommands
+    from gateway.commands.jobs import add_subcommands as add_jobs_subcommands
 
     add_jobs_subcommands(sub)
     return parser

@@ -2,7 +2,7 @@
 
 This module reads the config's YAML (``yaml.safe_load``, a duplicate key
 refused: :mod:`gateway.yaml_load`; a fuzzy rules file
-named by ``fuzzy:`` is read by :mod:`gateway.fuzzy`). It follows pywb's
+named by ``fuzzy:`` is read by :mod:`gateway.index.fuzzy`). It follows pywb's
 distributed archive config::
 
     collections:
@@ -45,7 +45,7 @@ import yaml
 
 from gateway.clients import ClientSettings
 from gateway.errors import ConfigError
-from gateway.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules
+from gateway.index.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules
 from gateway.jobs.settings import JobsSettings
 from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_kind_for_shorthand
 from gateway.sources import SOURCE_SHORTHANDS, SOURCE_TYPES

@@ -32,7 +32,7 @@ The snapshot store's own branch (``StoreError``) lives in
 :mod:`gateway.storage.errors`.
 
 The route wrapper every handler is registered through
-(:func:`gateway.app.api_route`) renders any of them as
+(:func:`gateway.server.app.api_route`) renders any of them as
 ``{"message": ..., "errors": {source: reason}}`` with :attr:`GatewayError.status`.
 Foreign exceptions are translated at the boundary where they occur
 (``raise SourceUnavailable(name, str(exc)) from exc``).

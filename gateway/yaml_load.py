@@ -4,7 +4,7 @@ PyYAML's ``safe_load`` keeps the last of two equal keys in a mapping and
 says nothing, so a collection written twice silently loses its first
 definition. :func:`safe_load` refuses it, naming the key and both lines.
 Used for collections.yaml (:mod:`gateway.config`) and fuzzy rules files
-(:mod:`gateway.fuzzy`).
+(:mod:`gateway.index.fuzzy`).
 """
 
 from __future__ import annotations

@@ -61,10 +61,10 @@ from aiohttp.test_utils import TestClient
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from gateway.app import create_app
 from gateway.clients import SharedClients
 from gateway.config import parse_config
-from gateway.http_server import GatewaySockSite
+from gateway.server.app import create_app
+from gateway.server.http_server import GatewaySockSite
 from tests.sources.redis_support import redis_client
 from tests.storage.seaweedfs import SeaweedFS, SeaweedFSError, run_in_thread
 

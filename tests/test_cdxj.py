@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.cdxj import CdxFormatError, CdxRecord
+from gateway.cdx.cdxj import CdxFormatError, CdxRecord
 
 LINE = (
     'org,iana)/ 20140126200624 {"url": "http://www.iana.org/", "mime": "text/html", '

@@ -49,7 +49,7 @@ def test_check_config_imports_no_handler_store_or_page_code(tmp_path: Path) -> N
         "gateway.api.resource",
         "gateway.api.memento",
         "gateway.api.pages",
-        "gateway.recording",
+        "gateway.server.recording",
         "gateway.store.store",
         "cdxj_indexer",  # with pkg_resources and pyamf
         "surt",  # with tldextract and requests
@@ -63,7 +63,7 @@ def test_check_config_imports_no_handler_store_or_page_code(tmp_path: Path) -> N
         "redis",
         "aiobotocore",
         "botocore",
-        "gateway.app",
+        "gateway.server.app",
         "gateway.sources.memento_api",
         "gateway.loaders.live",
         "gateway.storage.s3",

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.cdxj import CdxRecord
-from gateway.client_regex import (
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.client_regex import (
     MAX_FILTERS,
     MAX_PATTERN_CHARS,
     MAX_REPEAT,
     compile_client_regex,
 )
+from gateway.cdx.ia_query import IaFilter, parse_ia_query
+from gateway.cdx.query import CdxFilter, parse_query
 from gateway.errors import BadRequest
-from gateway.ia_query import IaFilter, parse_ia_query
-from gateway.query import CdxFilter, parse_query
 
 LONG_URL = "http://example.com/" + "a" * 2048
 RECORD = CdxRecord.parse(f'com,example)/{"a" * 2048} 20140101000000 {{"url": "{LONG_URL}"}}')

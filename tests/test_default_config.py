@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
 from gateway.config import load_config
+from gateway.server.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]
 Client = TestClient[web.Request, web.Application]

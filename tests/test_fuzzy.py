@@ -1,4 +1,4 @@
-"""Fuzzy matching (gateway.fuzzy): rules, widened lookups, accepted captures, config.
+"""Fuzzy matching (gateway.index.fuzzy): rules, widened lookups, accepted captures, config.
 
 The answers pywb 2.10 gives for the same lookups on the sample archive are
 compared in tests/api/test_differential.py; here each branch of the rules is
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.query import CaptureQuery, CdxFilter, key_range, parse_query
 from gateway.config import parse_config
 from gateway.errors import ConfigError
-from gateway.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules, parse_rules
-from gateway.query import CaptureQuery, CdxFilter, key_range, parse_query
+from gateway.index.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules, parse_rules
 from tests.conftest import REPO_ROOT, MakeClient
 
 

@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.server.app import create_app
 from tests.conftest import MakeClient
 
 TIMEOUT_S = 0.3

@@ -1,4 +1,6 @@
-"""Raw bytes past ASCII in a request target are read as percent-encoded (``gateway.http_server``).
+"""Raw bytes past ASCII in a request target are read as percent-encoded.
+
+The server is ``gateway.server.http_server``.
 
 A real ``gateway serve`` gets raw request bytes over a socket, as curl
 sends ``?url=münchen.de/``: each answer must be the one the percent-encoded
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.http_server import percent_encode_past_ascii
+from gateway.server.http_server import percent_encode_past_ascii
 from tests.conftest import _Server, serve_sample_iana
 
 

@@ -1,4 +1,4 @@
-"""gateway.indexer: sorted CDXJ from the sample archive's WARC/ARC files.
+"""gateway.index.indexer: sorted CDXJ from the sample archive's WARC/ARC files.
 
 The reference is the sample archive's own index, ``cdxj/iana.cdxj``, written by
 an older pywb indexer. cdxj-indexer differs from it in two known ways, and the
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.indexer import write_cdxj_index
+from gateway.index.indexer import write_cdxj_index
 
 Line = tuple[str, str, list[tuple[str, str]]]
 

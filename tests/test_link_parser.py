@@ -1,4 +1,4 @@
-"""RFC 8288 Link header and RFC 6690 link-format parsing (gateway.memento).
+"""RFC 8288 Link header and RFC 6690 link-format parsing (gateway.cdx.memento).
 
 The inputs are the ones a naive ``split(",")`` / ``split(";")`` gets wrong:
 URLs holding ``,`` and ``;``, quoted values holding ``,`` ``;`` ``<`` ``>``
@@ -12,14 +12,14 @@ import doctest
 
 import pytest
 
-import gateway.memento
-from gateway.memento import Link, parse_link_format, parse_link_header
+import gateway.cdx.memento
+from gateway.cdx.memento import Link, parse_link_format, parse_link_header
 
 DATE = "Sun, 26 Jan 2014 20:06:24 GMT"
 
 
 def test_the_module_doctests_pass() -> None:
-    result = doctest.testmod(gateway.memento)
+    result = doctest.testmod(gateway.cdx.memento)
     assert result.failed == 0
     assert result.attempted >= 8
 

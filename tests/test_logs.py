@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.logs import configure_logging
+from gateway.server.logs import configure_logging
 from tests.conftest import _http_get, _Server, serve_sample_iana
 
 

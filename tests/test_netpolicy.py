@@ -1,4 +1,4 @@
-"""gateway.netpolicy: which addresses are refused, and where the refusal is enforced.
+"""gateway.loaders.netpolicy: which addresses are refused, and where the refusal is enforced.
 
 Nothing here connects anywhere but 127.0.0.1 (the stand-in live web), and
 :func:`no_connections_except_loopback` would block it if it tried.
@@ -11,7 +11,7 @@ import socket
 import aiohttp
 import pytest
 
-from gateway.netpolicy import (
+from gateway.loaders.netpolicy import (
     DestinationRefused,
     GuardedResolver,
     check_ip_literal,

@@ -103,7 +103,7 @@ def test_a_rejected_file_is_reported_beside_the_bar(
 def test_index_progress_counts_every_byte_and_changes_nothing(sample_dir: Path) -> None:
     import io
 
-    from gateway.indexer import archive_files, write_cdxj_index
+    from gateway.index.indexer import archive_files, write_cdxj_index
 
     inputs = [sample_dir / "warcs"]
     plain = io.StringIO()

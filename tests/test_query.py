@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import CaptureQuery, CdxFilter, key_range, parse_query
 from gateway.errors import BadRequest
-from gateway.query import CaptureQuery, CdxFilter, key_range, parse_query
 
 
 def q(**params: str | list[str]) -> dict[str, list[str]]:

@@ -18,9 +18,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.recorder_link import RecorderLink
+from gateway.server.app import create_app
+from gateway.server.recorder_link import RecorderLink
 
 Client = TestClient[web.Request, web.Application]
 

@@ -9,10 +9,10 @@ from typing import Final
 
 from aiohttp import web
 
-from gateway.aggregate import Collection
+from gateway.api.keys import COLLECTIONS
+from gateway.cdx.query import CaptureQuery, parse_query
 from gateway.errors import NotFound
-from gateway.keys import COLLECTIONS
-from gateway.query import CaptureQuery, parse_query
+from gateway.index.collection import Collection
 
 __all__ = [
     "ERRORS_HEADER",
@@ -67,7 +67,7 @@ def capture_query(request: web.Request) -> CaptureQuery:
     and a :class:`CaptureQuery` is immutable, so the result is memoized by the
     raw query string (the oldest of :data:`_PARSED_MAX` entries goes first):
     replay clients ask for the same lookups again and again (queries with a
-    regex filter are not kept, see :mod:`gateway.client_regex`). Raises
+    regex filter are not kept, see :mod:`gateway.cdx.client_regex`). Raises
     :class:`~gateway.errors.BadRequest` (400) as :func:`parse_query` does;
     failures are not memoized.
     """
@@ -78,7 +78,7 @@ def capture_query(request: web.Request) -> CaptureQuery:
     params = query_params(request)
     query = parse_query(params)
     # Not kept: "now", and client regexes (each holds RE2 memory; they are
-    # compiled once per pattern anyway, gateway.client_regex).
+    # compiled once per pattern anyway, gateway.cdx.client_regex).
     if params.get("closest") != ["now"] and not any(
         getattr(f, "regex", None) for f in query.filters
     ):

@@ -1,7 +1,7 @@
 """CORS for every route: browsers may read the Index, Resource and Memento APIs.
 
 Two pieces (Fetch standard, "CORS protocol"), installed by the route wrapper
-of :mod:`gateway.app` rather than by an aiohttp middleware and signal (which
+of :mod:`gateway.server.app` rather than by an aiohttp middleware and signal (which
 cost about a tenth of a one-line lookup's CPU):
 
 - :func:`add_cors_headers` puts ``Access-Control-Allow-Origin: *`` and

@@ -14,7 +14,7 @@ link       application/link-format   ``<url>; rel="memento"; datetime=...``
 Answers under 64 KiB go out in one piece, longer ones stream as they are
 produced. An empty answer is a 200 with an empty
 body; when every source failed the answer is a 503 (see
-:meth:`gateway.aggregate.Collection.lookup`); failures of some sources on a
+:meth:`gateway.index.collection.Collection.lookup`); failures of some sources on a
 partial success are listed in the ``ResErrors`` header.
 """
 
@@ -25,8 +25,6 @@ from typing import Final
 
 from aiohttp import web
 
-from gateway import cdxops
-from gateway.aggregate import Collection
 from gateway.api.common import (
     ERRORS_HEADER,
     OUTCOMES_HEADER,
@@ -38,12 +36,14 @@ from gateway.api.common import (
     query_params,
 )
 from gateway.api.cors import add_cors_headers
-from gateway.cdxj import CdxRecord
-from gateway.ia_cdx import CONTENT_TYPES as IA_CONTENT_TYPES
-from gateway.ia_cdx import count_pages, ia_lookup, serialize_ia
-from gateway.ia_query import parse_ia_query
-from gateway.memento import link_value, timestamp_to_http_date
-from gateway.query import CaptureQuery, Output
+from gateway.cdx import cdxops
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.ia_query import parse_ia_query
+from gateway.cdx.memento import link_value, timestamp_to_http_date
+from gateway.cdx.query import CaptureQuery, Output
+from gateway.index.collection import Collection
+from gateway.index.ia_cdx import CONTENT_TYPES as IA_CONTENT_TYPES
+from gateway.index.ia_cdx import count_pages, ia_lookup, serialize_ia
 
 __all__ = ["CONTENT_TYPES", "ia_cdx_handler", "index_handler", "line_renderer", "send_index"]
 
@@ -156,7 +156,9 @@ async def index_handler(request: web.Request) -> web.StreamResponse:
 
 
 async def ia_cdx_handler(request: web.Request) -> web.StreamResponse:
-    """``GET /{coll}/cdx?url=...``: the IA wayback CDX server's dialect (:mod:`gateway.ia_cdx`).
+    """``GET /{coll}/cdx?url=...``: the IA wayback CDX server's dialect.
+
+    The dialect itself is :mod:`gateway.index.ia_cdx`.
 
     Text lines of ``urlkey timestamp original mimetype statuscode digest
     length`` (text/plain) or, with ``output=json``, an array of string arrays

@@ -1,6 +1,6 @@
 """``GET /_jobs``: the background work of the store, as ``gateway jobs --json`` shows it.
 
-The body is :meth:`JobsService.report <gateway.jobs.service.JobsService.report>`:
+The body is :meth:`JobsService.report <gateway.server.jobs_service.JobsService.report>`:
 ``{"now", "types": {type: {"states", "due", "oldest_due", "running",
 "last_errors", "attention"}}, "orchestrator": {"enabled", "role", "pid",
 "active", "running", "queues"}}``. The database is read in a worker thread.
@@ -12,8 +12,8 @@ import sqlite3
 
 from aiohttp import web
 
+from gateway.api.keys import JOBS
 from gateway.errors import JobsUnavailable
-from gateway.keys import JOBS
 
 __all__ = ["jobs_handler"]
 

@@ -22,7 +22,7 @@ for ``http(s)://`` URLs, which pywb's ``memento+`` sources call)
     or CDXJ (one line per capture, with ``source``). Captures in the same
     second (several sources, or several records) are one memento. Past
     ``page_size`` mementos (:data:`DEFAULT_TIMEMAP_PAGE_SIZE`, or the app's
-    :data:`~gateway.keys.TIMEMAP_PAGE_SIZE`) the TimeMap is paged: a page
+    :data:`~gateway.api.keys.TIMEMAP_PAGE_SIZE`) the TimeMap is paged: a page
     holds ``page_size`` mementos starting at the 14-digit ``{from}``
     segment, and links to its neighbours as ``prev timemap`` / ``next
     timemap`` with ``from``/``until``. ``X-Memento-Count`` is the number of
@@ -51,18 +51,13 @@ from typing import Final
 
 from aiohttp import web
 
-from gateway.aggregate import Collection, Lookup
 from gateway.api.common import ERRORS_HEADER, client_left, collection_for, errors_header_value
 from gateway.api.cors import add_cors_headers
+from gateway.api.keys import TIMEMAP_PAGE_SIZE
 from gateway.api.replay import archived_response, replay_headers, unframe
-from gateway.api.resource import find_record
-from gateway.cdxj import CdxRecord
-from gateway.cdxops import timestamp_to_seconds
-from gateway.config import MementoSettings
-from gateway.errors import BadRequest, NotFound
-from gateway.keys import TIMEMAP_PAGE_SIZE
-from gateway.loaders.base import LoadedRecord
-from gateway.memento import (
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.cdxops import timestamp_to_seconds
+from gateway.cdx.memento import (
     LINK_FORMAT,
     MementoRef,
     TimeMapPage,
@@ -75,8 +70,12 @@ from gateway.memento import (
     timemap_link_value,
     timestamp_to_http_date,
 )
-from gateway.metrics import ServedStats
-from gateway.query import TIMESTAMP_DIGITS, CaptureQuery, closest_timestamp, pad_timestamp
+from gateway.cdx.query import TIMESTAMP_DIGITS, CaptureQuery, closest_timestamp, pad_timestamp
+from gateway.config import MementoSettings
+from gateway.errors import BadRequest, NotFound
+from gateway.index.collection import Collection, ServedStats, find_record
+from gateway.index.group import Lookup
+from gateway.loaders.base import LoadedRecord
 
 __all__ = [
     "DEFAULT_TIMEMAP_PAGE_SIZE",
@@ -89,7 +88,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Mementos per TimeMap page unless the app sets :data:`~gateway.keys.TIMEMAP_PAGE_SIZE`.
+#: Mementos per TimeMap page unless the app sets :data:`~gateway.api.keys.TIMEMAP_PAGE_SIZE`.
 DEFAULT_TIMEMAP_PAGE_SIZE: Final = MementoSettings().timemap_page_size
 #: TimeMap formats (the ``/timemap/{format}/`` segment) and their media types.
 TIMEMAP_TYPES: Final[dict[str, str]] = {

@@ -18,8 +18,8 @@ from typing import Final
 from aiohttp import web
 
 from gateway.api.common import collection_for
+from gateway.api.keys import CONFIG
 from gateway.config import SourceSpec
-from gateway.keys import CONFIG
 
 __all__ = ["MODES", "list_sources_handler", "modes_handler"]
 

@@ -39,15 +39,15 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from gateway.api.common import collection_for
+from gateway.api.keys import COLLECTIONS
+from gateway.cdx.query import parse_query
 from gateway.errors import BadRequest, GatewayError
-from gateway.keys import COLLECTIONS
-from gateway.query import parse_query
 
 if TYPE_CHECKING:
     import jinja2
 
-    from gateway.aggregate import Collection
-    from gateway.cdxj import CdxRecord
+    from gateway.cdx.cdxj import CdxRecord
+    from gateway.index.collection import Collection
 
 __all__ = ["MAX_PAGE_CAPTURES", "collection_page", "home_page", "wants_html"]
 

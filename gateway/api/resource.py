@@ -27,7 +27,7 @@ gzip, deflate`` and parses the undecoded body as a WARC record.
 
 When nothing loads the answer is 404 with every failure in the JSON body
 (503 when every source failed). An exact lookup with no captures at all is
-retried as the collection's fuzzy lookup (:mod:`gateway.fuzzy`): the record
+retried as the collection's fuzzy lookup (:mod:`gateway.index.fuzzy`): the record
 served is then another URL's, and its ``Warcserver-Cdx`` line says
 ``"is_fuzzy": "1"``.
 """
@@ -43,7 +43,6 @@ from urllib.parse import quote
 from aiohttp import web
 from isal import isal_zlib
 
-from gateway.aggregate import Collection, Step, fuzzy_lookup
 from gateway.api.common import (
     ERRORS_HEADER,
     STEP_HEADER,
@@ -55,19 +54,17 @@ from gateway.api.common import (
 )
 from gateway.api.cors import add_cors_headers
 from gateway.api.index import send_index
-from gateway.cdxj import CdxRecord
-from gateway.eager import run_within
-from gateway.errors import AllSourcesFailed, BadRequest, LoadError, NotFound
-from gateway.fuzzy import Widened
-from gateway.loaders.base import LoadContext, LoadedRecord, WrappedRequest
-from gateway.memento import iso_to_timestamp, link_value, timestamp_to_http_date
-from gateway.postreq import end_to_end_headers, method_lookup_url, parse_wrapped_request
-from gateway.query import CaptureQuery, CdxFilter, key_range, parse_query
+from gateway.api.postreq import end_to_end_headers, method_lookup_url, parse_wrapped_request
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.memento import iso_to_timestamp, link_value, timestamp_to_http_date
+from gateway.cdx.query import CaptureQuery, key_range, parse_query
+from gateway.errors import BadRequest, LoadError
+from gateway.index.collection import Step, find_record
+from gateway.loaders.base import LoadedRecord, WrappedRequest
 
 __all__ = [
     "POST_ROUTES",
     "compress_gzip",
-    "find_record",
     "post_index_handler",
     "post_resource_handler",
     "postreq_index_handler",
@@ -77,165 +74,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_NOT_REVISIT = CdxFilter.parse("!mime:warc/revisit")
-
-
-def _capture_name(capture: CdxRecord) -> str:
-    return f"{capture.source or '?'} {capture.timestamp} {capture.url}"
-
-
-class _OriginalFinder:
-    """``find_original`` for one step: non-revisit captures of a URL with a
-    payload digest, closest to a time first (pywb ``load_cdx_for_dupe``)."""
-
-    def __init__(self, step: Step) -> None:
-        self.step = step
-
-    def __call__(self, url: str, timestamp: str, digest: str) -> AsyncIterator[CdxRecord]:
-        return self._find(url, timestamp, digest)
-
-    async def _find(self, url: str, timestamp: str, digest: str) -> AsyncIterator[CdxRecord]:
-        filters = [_NOT_REVISIT]
-        bare = digest.split(":", 1)[-1] if digest and digest != "-" else ""
-        if bare:
-            filters.append(CdxFilter("digest", "contains", bare, False))
-        try:
-            # the URL of an archived record: looked up as archived, not checked
-            query = CaptureQuery.for_url(
-                url, closest=timestamp, filters=filters, limit=20, check=False
-            )
-        except ValueError:
-            return
-        answer = await self.step.index.lookup(query)
-        async for record in answer:
-            yield record
-
-
-async def find_record(
-    collection: Collection,
-    query: CaptureQuery,
-    request: WrappedRequest | None = None,
-    *,
-    gzip_member: bool = False,
-) -> tuple[Step, LoadedRecord, dict[str, str]]:
-    """Look up ``query`` step by step and load the first capture that loads.
-
-    A step whose captures all fail to load falls through to the next step
-    (pywb ``HandlerSeq``). When no step has a capture at all, the steps are
-    tried again with the collection's fuzzy lookup (pywb ``FuzzyMatcher``;
-    :mod:`gateway.fuzzy`). Returns the step, the loaded record (the caller
-    must ``aclose`` it) and the failures met on the way; ``gzip_member``
-    asks loaders for the stored gzip member (:attr:`LoadContext.gzip_member`).
-    Raises
-    :class:`NotFound` (404) listing every failure when no capture loads, or
-    :class:`AllSourcesFailed` (503) when every source of every step failed.
-    """
-    errors: dict[str, str] = {}
-    seen = _Seen()
-    context = request or WrappedRequest()
-    found = await _first_loadable(collection, query, context, errors, seen, None, gzip_member)
-    if found is None and not seen.captures and not (seen.failed_all and errors):
-        widened = collection.widen(query)
-        if widened is not None:
-            found = await _first_loadable(
-                collection, query, context, errors, seen, widened, gzip_member
-            )
-    if found is not None:
-        return found[0], found[1], errors
-    if seen.failed_all and errors and not seen.captures:
-        raise AllSourcesFailed(
-            f"every source of collection {collection.name!r} failed; "
-            "this is not an empty answer, retry later",
-            errors,
-        )
-    message = (
-        f"no capture of {query.url} could be loaded"
-        if seen.captures
-        else f"no captures of {query.url} in collection {collection.name!r}"
-    )
-    raise NotFound(message, errors)
-
-
-class _Seen:
-    """What :func:`_first_loadable` met: any capture, and whether every source failed."""
-
-    __slots__ = ("captures", "deadlines", "failed_all")
-
-    def __init__(self) -> None:
-        self.captures = False
-        self.failed_all = True
-        #: Each step's lookup deadline, set by the exact lookup and kept by
-        #: the fuzzy retry (one deadline per request and step).
-        self.deadlines: dict[int, float] = {}
-
-
-async def _first_loadable(
-    collection: Collection,
-    query: CaptureQuery,
-    request: WrappedRequest,
-    errors: dict[str, str],
-    seen: _Seen,
-    widened: Widened | None,
-    gzip_member: bool,
-) -> tuple[Step, LoadedRecord] | None:
-    """The first capture that loads, step by step, for ``query`` or its ``widened`` form."""
-    for position, step in enumerate(collection.steps):
-        deadline = seen.deadlines.setdefault(position, step.index.deadline())
-        ctx = LoadContext(
-            request_url=query.url,
-            find_original=_OriginalFinder(step),
-            request=request,
-            gzip_member=gzip_member,
-        )
-        if widened is None:
-            recorder = step.recorder
-            if recorder is not None and recorder.skip_if_updated_days is not None:
-                recent = await recorder.recent(query.url, ctx)
-                if recent is not None:
-                    return step, recent
-            answer = await step.index.lookup(query, deadline=deadline)
-        else:
-            answer = await fuzzy_lookup(step.index, widened, deadline=deadline)
-        errors.update(answer.errors)
-        seen.failed_all = seen.failed_all and answer.failed_all
-        try:
-            async for capture in answer:
-                seen.captures = True
-                loaded = await _load_capture(step, capture, ctx, errors)
-                if loaded is not None:
-                    if step.recorder is not None and step.recorder.wants(capture):
-                        loaded = step.recorder.wrap(loaded, ctx.request)
-                    return step, loaded
-        finally:
-            await answer.aclose()
-    return None
-
-
-async def _load_capture(
-    step: Step, capture: CdxRecord, ctx: LoadContext, errors: dict[str, str]
-) -> LoadedRecord | None:
-    accepted = False
-    for loader in step.loaders:
-        if not loader.accepts(capture):
-            continue
-        accepted = True
-        try:
-            # Started eagerly: a local record loads without a timer being armed.
-            return await run_within(loader.load(capture, ctx), step.load_timeout_s)
-        except LoadError as exc:
-            errors[_capture_name(capture)] = exc.message
-        except TimeoutError:
-            errors[_capture_name(capture)] = (
-                f"load timeout after {step.load_timeout_s:g} s ({loader.describe()})"
-            )
-    if not accepted:
-        errors[_capture_name(capture)] = (
-            f"no resource loader of step {step.name!r} can load filename "
-            f"{capture.filename or '-'!r}; configure 'resource:' for it"
-        )
-    return None
-
 
 #: Longest ``Warcserver-Cdx`` value: aiohttp and most clients refuse header
 #: lines past 8190 bytes, which a POST capture's ``requestBody`` can exceed.
@@ -454,7 +292,7 @@ async def resource_handler(request: web.Request) -> web.StreamResponse:
 # pywb warcserver's /{coll}/resource/postreq and /{coll}/index/postreq, the pywb
 # manual's /{coll}/postreq/resource and /{coll}/postreq/index and the schema
 # draft's /{coll}/resource-post take a whole HTTP request as the body
-# (gateway.postreq); a direct POST to /{coll}/resource or /{coll}/index is its own
+# (gateway.api.postreq); a direct POST to /{coll}/resource or /{coll}/index is its own
 # wrapped request. Either way the request's method, headers and body choose the
 # lookup key (method_lookup_url) and go upstream unaltered on a live or remote
 # fetch (WrappedRequest).
@@ -509,7 +347,7 @@ async def _direct_query(request: web.Request) -> tuple[CaptureQuery, WrappedRequ
 async def postreq_resource_handler(request: web.Request) -> web.StreamResponse:
     """``POST /{coll}/resource/postreq`` (also ``/postreq/resource``, ``/resource-post``).
 
-    The body is a whole HTTP request (:func:`gateway.postreq.parse_wrapped_request`);
+    The body is a whole HTTP request (:func:`gateway.api.postreq.parse_wrapped_request`);
     ``url=`` (else the wrapped request's own URL) and the other Resource API
     parameters select the capture, looked up under the method key. 400 naming
     ``body`` for a malformed wrapped request; otherwise as ``GET /{coll}/resource``.

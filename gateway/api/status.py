@@ -1,5 +1,6 @@
 """``GET /`` (collections and their steps), ``/_status`` (circuit breakers), ``/_health``,
-``/_ready`` (readiness, :mod:`gateway.readiness`) and ``/metrics`` (:mod:`gateway.metrics`)."""
+``/_ready`` (readiness, :mod:`gateway.api.readiness`) and ``/metrics``
+(:mod:`gateway.api.metrics`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import asyncio
 
 from aiohttp import web
 
+from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG
+from gateway.api.metrics import METRICS
 from gateway.api.pages import home_page, wants_html
-from gateway.keys import CLIENTS, COLLECTIONS, CONFIG, METRICS, READINESS
-from gateway.readiness import collections_down
+from gateway.api.readiness import READINESS, collections_down
 
 __all__ = [
     "health_handler",
@@ -54,7 +56,7 @@ async def status_handler(request: web.Request) -> web.Response:
 
     With a store that replicates (``store.storages``), also ``"store"``: its
     files by safety, storages that cannot be opened, and reads from replicas
-    (:func:`gateway.store.replication_status.replication_status`).
+    (:func:`gateway.store.replication.status.replication_status`).
     """
     breakers = {
         name: {
@@ -66,7 +68,7 @@ async def status_handler(request: web.Request) -> web.Response:
     body: dict[str, object] = {"breakers": breakers}
     store = request.app[CLIENTS].store
     if store is not None and store.settings.storages:
-        from gateway.store.replication_status import replication_status
+        from gateway.store.replication.status import replication_status
 
         body["store"] = await asyncio.to_thread(replication_status, store.replicas)
     return web.json_response(body)
@@ -82,7 +84,7 @@ async def ready_handler(request: web.Request) -> web.Response:
 
     Not ready while starting or stopping, while the store is not open, while a
     subsystem blocks readiness, or while a collection has every source down
-    (see :mod:`gateway.readiness`).
+    (see :mod:`gateway.api.readiness`).
     """
     app = request.app
     reasons = app[READINESS].reasons()
@@ -96,7 +98,7 @@ async def ready_handler(request: web.Request) -> web.Response:
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
-    """Every metric family in the Prometheus text format 0.0.4 (:mod:`gateway.metrics`).
+    """Every metric family in the Prometheus text format 0.0.4 (:mod:`gateway.api.metrics`).
 
     Rendered in a worker thread: registered collectors may block briefly.
     """

@@ -16,11 +16,11 @@ Modules, one concept each:
 - :mod:`~gateway.jobs.actors`        ``ActorType``: claims, ticks, time limits, backoff
 - :mod:`~gateway.jobs.orchestrator`  ``Orchestrator``: spawns actors, orphans, idle; ``HostLock``
 - :mod:`~gateway.jobs.hooks`         pluggy hookspecs and plugin loading
-- :mod:`~gateway.jobs.registry`      ``ACTOR_TYPES``: the built-in actor types
-- :mod:`~gateway.jobs.service`       ``JobsService``: the jobs of one process (serve, worker)
+- :mod:`~gateway.store.actor_types`      ``ACTOR_TYPES``: the built-in actor types
+- :mod:`~gateway.server.jobs_service`       ``JobsService``: the jobs of one process (serve, worker)
 - :mod:`~gateway.jobs.report`        ``gateway jobs`` and ``GET /_jobs``
 - :mod:`~gateway.jobs.settings`      ``JobsSettings`` (the ``jobs:`` section)
-- :mod:`~gateway.jobs.cli`           ``gateway worker`` and ``gateway jobs``
+- :mod:`~gateway.commands.jobs`           ``gateway worker`` and ``gateway jobs``
 
 Adding an actor type takes three things:
 
@@ -31,7 +31,7 @@ Adding an actor type takes three things:
    and one ``transition_<type>_<from>_to_<to>`` method per transition it
    makes, each a single ``self.transition(...)`` call; objects are created
    by ordinary code with :func:`~gateway.jobs.db.write_object`;
-3. one line in :data:`gateway.jobs.registry.ACTOR_TYPES` (or, outside this
+3. one line in :data:`gateway.store.actor_types.ACTOR_TYPES` (or, outside this
    package, a plugin's ``get_actor_types`` hook).
 
 Its table is created with the others (:func:`gateway.jobs.db.create_schema`),

@@ -40,8 +40,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import ClassVar, Final, TypeVar
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from gateway.jobs.db import (
     JobObject,
@@ -57,7 +56,6 @@ from gateway.jobs.db import (
 from gateway.jobs.hooks import Hooks
 from gateway.jobs.model import ObjectType, Transition
 from gateway.jobs.settings import JobsSettings
-from gateway.store.settings import StoreSettings
 
 __all__ = [
     "ActorType",
@@ -67,6 +65,7 @@ __all__ = [
     "WorkCancelled",
     "backoff_s",
     "in_thread",
+    "object_types_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -108,25 +107,27 @@ async def in_thread(fn: Callable[[threading.Event], _T]) -> _T:
         raise
 
 
+#: The application's part of a :class:`JobContext` (the store's is
+#: :class:`gateway.store.store_actor.StoreContext`); the engine never looks into it.
+AppT = TypeVar("AppT")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobContext:
+class JobContext(Generic[AppT]):
     """What every actor of one process shares.
 
-    ``db``: the jobs database (the store's index database); ``store_root``:
-    the store directory (the store's actor types build their layout from
-    it); ``owner``: who claims, written as ``lease_owner`` (``serve 1234``,
-    ``worker 1234``, ``store-add 1234``); ``store``: the store's settings
-    (its storages and retention policy, for the replication's actor types;
-    None where a caller runs only actor types that need no more than
-    ``store_root``).
+    ``db``: the jobs database; ``hooks``: the plugins' hooks; ``settings``:
+    the ``jobs:`` section; ``owner``: who claims, written as ``lease_owner``
+    (``serve 1234``, ``worker 1234``, ``store-add 1234``); ``app``: what the
+    application's actor types need (for the store's, its root and settings).
+    The engine reads only the first four.
     """
 
     db: JobsDB
     hooks: Hooks
     settings: JobsSettings
-    store_root: Path
     owner: str
-    store: StoreSettings | None = None
+    app: AppT
 
 
 def backoff_s(attempts: int, base_s: float, max_s: float) -> float:
@@ -181,7 +182,7 @@ class ActorType:
 
     def __init__(
         self,
-        ctx: JobContext,
+        ctx: JobContext[Any],
         *,
         number: int = 1,
         max_tick_s: float | None = None,
@@ -209,7 +210,7 @@ class ActorType:
         return cls.max_concurrent, cls.max_tick_s
 
     @classmethod
-    def limits_for(cls, ctx: JobContext) -> tuple[int, float]:
+    def limits_for(cls, ctx: JobContext[Any]) -> tuple[int, float]:
         """``(max_concurrent, max_tick_s)`` in ``ctx``: :meth:`limits` under its ``jobs:``
         settings; a type whose limits come from elsewhere in the config overrides
         this (the replication copier: ``store.retention.parallel_copies``)."""
@@ -221,7 +222,7 @@ class ActorType:
         return max(0, min(queue_length, max_concurrent) - running)
 
     @classmethod
-    async def seed(cls, ctx: JobContext) -> None:
+    async def seed(cls, ctx: JobContext[Any]) -> None:
         """Create objects ordinary code may not have created; once per orchestrator start.
 
         (The scrub actor type creates the scrub objects of files closed
@@ -465,3 +466,17 @@ def _write_transition_then_claim(
 def _extra(obj: JobObject, **more: object) -> dict[str, object]:
     """Structured fields of a log record (for JSON log formatters)."""
     return {"job_type": obj.type.name, "job_id": obj.id, "job_status": obj.status, **more}
+
+
+def object_types_of(actor_types: Iterable[type[ActorType]]) -> list[ObjectType]:
+    """The object types of ``actor_types``, each once, in first-seen order.
+
+    Raises :class:`ValueError` when two different declarations share a name.
+    """
+    seen: dict[str, ObjectType] = {}
+    for actor_type in actor_types:
+        object_type = actor_type.object_type
+        known = seen.setdefault(object_type.name, object_type)
+        if known != object_type:
+            raise ValueError(f"two different object types are named {object_type.name!r}")
+    return list(seen.values())

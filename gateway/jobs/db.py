@@ -209,21 +209,16 @@ def _table_sql(object_type: ObjectType) -> list[str]:
     return statements
 
 
-def create_schema(
-    conn: sqlite3.Connection, object_types: Iterable[ObjectType] | None = None
-) -> None:
-    """Create the tables of ``object_types`` (default: the built-in types) if missing.
+def create_schema(conn: sqlite3.Connection, object_types: Iterable[ObjectType]) -> None:
+    """Create the tables of ``object_types`` if missing.
 
     One ``BEGIN IMMEDIATE`` transaction; idempotent, safe to run from several
     processes at once. Each type is also recorded in ``jobs_object_types``,
     so that an orchestrator can tell objects of a type it has no actor for
-    (a plugin no longer configured) and warn about them. This is the step
-    the store's schema chain runs.
+    (a plugin no longer configured) and warn about them. The engine knows
+    no object type of its own: the application hands its declarations in
+    (the store's are :data:`gateway.store.object_types.OBJECT_TYPES`).
     """
-    if object_types is None:
-        from gateway.jobs.registry import builtin_object_types
-
-        object_types = builtin_object_types()
     types = list(object_types)
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -571,11 +566,11 @@ class JobsDB:
     back by the next compare-and-swap).
     """
 
-    def __init__(self, path: Path, object_types: Iterable[ObjectType] | None = None) -> None:
+    def __init__(self, path: Path, object_types: Iterable[ObjectType]) -> None:
         self.path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobs-db")
         self._conn: sqlite3.Connection | None = None
-        self._types = None if object_types is None else list(object_types)
+        self._types = list(object_types)
 
     async def open(self) -> None:
         """Connect and create the schema of the object types (idempotent)."""

@@ -41,7 +41,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from gateway.jobs.actors import ActorType, JobContext, backoff_s
 from gateway.jobs.db import (
@@ -69,7 +69,7 @@ class Orchestrator:
     :meth:`stop`, once every actor has exited.
     """
 
-    def __init__(self, ctx: JobContext, actor_types: Sequence[type[ActorType]]) -> None:
+    def __init__(self, ctx: JobContext[Any], actor_types: Sequence[type[ActorType]]) -> None:
         names = [t.name for t in actor_types]
         if len(set(names)) != len(names):
             raise ValueError(f"actor types with the same name: {sorted(names)}")

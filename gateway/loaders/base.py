@@ -1,6 +1,6 @@
 """The ResourceLoader protocol: one capture in, one WARC record out.
 
-A loader turns a :class:`~gateway.cdxj.CdxRecord` into a
+A loader turns a :class:`~gateway.cdx.cdxj.CdxRecord` into a
 :class:`LoadedRecord`: the WARC header block and HTTP header block held in
 memory, the rest of the block as a bounded async stream of bytes. The
 Resource API writes ``warc_headers + http_headers + body`` to the client as
@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, Self, runtime_checkable
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from gateway.clients import SharedClients
 
 __all__ = [

@@ -45,7 +45,7 @@ response record and in the request record alike, as the remote replay loader
 does; the WARC ``Content-Length`` frames the block.
 
 Network policy: unless ``allow_private_networks``, the fetch goes through a
-connector of :mod:`gateway.netpolicy` that refuses loopback, private,
+connector of :mod:`gateway.loaders.netpolicy` that refuses loopback, private,
 link-local, metadata and other non-public addresses after DNS resolution, at
 the connection itself. Refusals raise :class:`LiveFetchRefused` (a
 :class:`~gateway.errors.LoadError`: the API answers 404 naming the reason).
@@ -72,10 +72,13 @@ from aiohttp.connector import Connection
 from multidict import CIMultiDict
 from yarl import URL
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import now_timestamp
 from gateway.clients import SharedClients
 from gateway.errors import BadRequest, LiveFetchRefused, LoadError
 from gateway.loaders.base import LoadContext, LoadedRecord, WrappedRequest
+from gateway.loaders.netpolicy import ALLOWED_SCHEMES, DestinationRefused, check_ip_literal
+from gateway.loaders.netpolicy import guarded_connector as _guarded_connector
 from gateway.loaders.warc_build import (
     CHUNK_BYTES,
     DEFAULT_SPOOL_MEMORY_BYTES,
@@ -90,9 +93,6 @@ from gateway.loaders.warc_build import (
     warc_date_from_timestamp,
     warc_header_block,
 )
-from gateway.netpolicy import ALLOWED_SCHEMES, DestinationRefused, check_ip_literal
-from gateway.netpolicy import guarded_connector as _guarded_connector
-from gateway.query import now_timestamp
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",

@@ -80,7 +80,8 @@ import aiohttp
 from multidict import CIMultiDict
 from yarl import URL
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.memento import http_date_to_timestamp
 from gateway.clients import SharedClients
 from gateway.errors import (
     LoadError,
@@ -105,7 +106,6 @@ from gateway.loaders.warc_build import (
     stable_record_id,
     warc_date_from_timestamp,
 )
-from gateway.memento import http_date_to_timestamp
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",

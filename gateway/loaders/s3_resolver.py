@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, ClassVar, Final, Self
 
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveUnavailable
-from gateway.loaders.warc_reader import Location, open_storage_range
+from gateway.loaders.warc_reader import Location
 from gateway.storage.base import RangeReader
 from gateway.storage.errors import StorageError
+from gateway.storage.ranges import open_storage_range
 from gateway.storage.s3 import S3StorageConfig
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveFileNotFound, LoadError
 from gateway.loaders.base import LoadContext, LoadedRecord
@@ -61,7 +61,7 @@ class StoreResolver:
     async def locate(self, filename: str) -> list[Location]:
         """The candidate paths at the primary (:meth:`Store.locate`), the row's place
         first, then a replica location per storage (issue 13 §4:
-        :mod:`gateway.store.replicas`).
+        :mod:`gateway.store.replication.replicas`).
 
         Raises UnsafeFilename, ArchiveFileNotFound (the store is not open) or
         LoadError (its index failed, or the row names an unknown layout).

@@ -59,7 +59,7 @@ from urllib.parse import urlsplit
 
 from warcio.timeutils import iso_date_to_timestamp, timestamp_to_iso_date
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import SharedClients
 from gateway.errors import (
     ArchiveFileNotFound,

@@ -60,7 +60,7 @@ from typing import Final
 
 from warcio.timeutils import timestamp_to_iso_date
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from gateway.errors import RecordTooLarge
 from gateway.loaders.base import LoadedRecord
 

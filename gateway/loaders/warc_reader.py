@@ -52,14 +52,13 @@ from gateway.loaders.warc_headers import (
     NeedMore,
     arc_url,
 )
-from gateway.storage.base import RangeReader, Storage
+from gateway.storage.base import RangeReader
 from gateway.storage.errors import (
-    InvalidObjectName,
-    ObjectNotFound,
     RangeNotSatisfiable,
     StorageError,
 )
 from gateway.storage.integrity import INFLATE_ERRORS, ZLIB
+from gateway.storage.ranges import open_storage_range
 
 if TYPE_CHECKING:  # aiohttp is imported by the time a session exists
     import aiohttp
@@ -195,7 +194,7 @@ class _HttpRaw:
 class RangeLocation(Protocol):
     """A location that is neither a path nor a URL: an object in a storage
     (an S3 replica, :mod:`gateway.loaders.s3_resolver`; a copy of a store
-    file, :mod:`gateway.store.replicas`). It opens a byte range itself.
+    file, :mod:`gateway.store.replication.replicas`). It opens a byte range itself.
 
     ``str()`` of it names it in messages.
     """
@@ -211,27 +210,6 @@ class RangeLocation(Protocol):
 #: What a resolver hands the loader: a local path, an ``http(s)://`` URL, or
 #: a :class:`RangeLocation`.
 Location = str | RangeLocation
-
-
-async def open_storage_range(
-    storage: Storage, name: str, offset: int, length: int | None, *, where: str
-) -> RangeReader:
-    """``storage.open_range(name, offset, length)`` for a :class:`RangeLocation` named
-    ``where``, its failures as load errors: no such object (or a name the storage
-    cannot hold) :class:`~gateway.errors.ArchiveFileNotFound`, a range past the
-    end :class:`~gateway.errors.RecordFormatError` (check the CDX offset),
-    anything else :class:`~gateway.errors.ArchiveUnavailable` (the storage is
-    down or refuses)."""
-    try:
-        return await storage.open_range(name, offset, length)
-    except (ObjectNotFound, InvalidObjectName) as exc:
-        raise ArchiveFileNotFound(f"{where}: {exc.problem}", {where: exc.problem}) from exc
-    except RangeNotSatisfiable as exc:
-        raise RecordFormatError(
-            f"{where}: {exc.problem}; check the CDX offset and length", {where: exc.problem}
-        ) from exc
-    except StorageError as exc:
-        raise ArchiveUnavailable(f"{where}: {exc.problem}", {where: exc.problem}) from exc
 
 
 class _StorageRaw:

@@ -1,7 +1,7 @@
 """The IndexSource protocol every index source type implements.
 
-A source answers one :class:`~gateway.query.CaptureQuery` with an async
-iterator of :class:`~gateway.cdxj.CdxRecord` covering the urlkey range
+A source answers one :class:`~gateway.cdx.query.CaptureQuery` with an async
+iterator of :class:`~gateway.cdx.cdxj.CdxRecord` covering the urlkey range
 ``[query.key, query.end_key)``, **sorted by (urlkey, timestamp) ascending**.
 Sources may use ``closest``, ``limit``, ``from_ts``/``to_ts`` as hints (a
 remote server may apply them), but the aggregator applies every operation
@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import ClassVar, Protocol, Self, runtime_checkable
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.loaders.base import ResourceLoader
-from gateway.query import CaptureQuery
 
 __all__ = ["IndexSource", "SourceConfig", "SourceFactory"]
 

@@ -56,14 +56,14 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 from yarl import URL
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.memento import retry_after_seconds
+from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.replay import DEFAULT_MAX_RECORD_BYTES, ReplayLoader, requote_url
 from gateway.loaders.warc_build import CHUNK_BYTES, DEFAULT_SPOOL_MEMORY_BYTES
-from gateway.memento import retry_after_seconds
-from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdx_stream import BodyDecoder, CdxAnswerError, CdxAnswerParser
 

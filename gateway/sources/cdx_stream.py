@@ -1,7 +1,7 @@
 """Incremental parsers for CDX server answers, fed bytes as they arrive.
 
 :class:`CdxAnswerParser` turns the body of a CDX server answer into
-:class:`~gateway.cdxj.CdxRecord` objects while it streams in, holding at most
+:class:`~gateway.cdx.cdxj.CdxRecord` objects while it streams in, holding at most
 one line (or one JSON row) plus one network chunk in memory. It reads every
 answer format that CDX servers send, recognized from the first bytes:
 
@@ -36,7 +36,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Final, Literal
 
-from gateway.cdxj import FIELD_ALIASES, CdxFormatError, CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import FIELD_ALIASES, CdxFormatError, CdxRecord, canonical_urlkey
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",

@@ -9,7 +9,7 @@ in 8 KiB blocks exactly as pywb's ``binsearch_offset`` does, with ``pread``
 on one file descriptor per version of the file. An exact lookup costs about
 30 us of CPU in a 200 MB file (page-cached), plus ~1 us to parse each
 matching line (the JSON block is decoded only when a field is read; see
-:class:`~gateway.cdxj.CdxRecord`). Long ranges are read in chunks of up to
+:class:`~gateway.cdx.cdxj.CdxRecord`). Long ranges are read in chunks of up to
 64 KiB and yielded record by record, never accumulated. The reads happen
 inline in the event loop ("a seek and a bounded read"), with a checkpoint
 (``await asyncio.sleep(0)``) after every 64 KiB read.
@@ -39,13 +39,13 @@ from dataclasses import dataclass
 from typing import ClassVar, Final, Self
 from urllib.parse import unquote
 
-from gateway.cdxj import CdxRecord
-from gateway.cdxops import LocalScan
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.cdxops import LocalScan
+from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.missing_dirs import ensure_directory
-from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdxj_scan import (
     CDX_HEADERS,
@@ -189,7 +189,7 @@ class CdxjFileSource:
 
     def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
         """Records in ``[query.key, query.end_key)`` in file order (see class doc),
-        as a :class:`~gateway.cdxops.LocalScan` (no await per record)."""
+        as a :class:`~gateway.cdx.cdxops.LocalScan` (no await per record)."""
         return LocalScan(self._scan(encode_key(query.key), encode_key(query.end_key)))
 
     def _scan(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:
@@ -250,7 +250,7 @@ class CdxjDirectorySource:
 
     def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
         """Records in ``[query.key, query.end_key)`` by (urlkey, timestamp, file name),
-        as a :class:`~gateway.cdxops.LocalScan` (no await per record)."""
+        as a :class:`~gateway.cdx.cdxops.LocalScan` (no await per record)."""
         return LocalScan(self._merged(encode_key(query.key), encode_key(query.end_key)))
 
     def _merged(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:

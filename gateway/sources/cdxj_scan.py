@@ -36,7 +36,7 @@ import zlib
 from collections.abc import Generator, Iterator
 from typing import Final
 
-from gateway.cdxj import CdxFormatError, CdxRecord
+from gateway.cdx.cdxj import CdxFormatError, CdxRecord
 from gateway.errors import SourceBadAnswer, SourceUnavailable
 
 __all__ = [

@@ -1,7 +1,7 @@
 """``$live``: the live web as an index source (pywb warcserver ``LiveIndexSource``).
 
 Every exact lookup is answered with one capture "at the current time": the
-live web always has the URL, now. Its :class:`~gateway.cdxj.CdxRecord` is::
+live web always has the URL, now. Its :class:`~gateway.cdx.cdxj.CdxRecord` is::
 
     urlkey timestamp {"url": URL, "load_url": URL, "is_live": "true"}
 
@@ -38,12 +38,12 @@ from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import CaptureQuery, now_timestamp
 from gateway.clients import SharedClients
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.live import DEFAULT_MAX_RECORD_BYTES, LiveLoader, with_scheme
-from gateway.netpolicy import ALLOWED_SCHEMES
-from gateway.query import CaptureQuery, now_timestamp
+from gateway.loaders.netpolicy import ALLOWED_SCHEMES
 from gateway.sources.base import SourceConfig
 
 __all__ = ["SHORTHAND", "LiveSource", "LiveSourceConfig"]
@@ -56,7 +56,7 @@ class LiveSourceConfig:
     """The live web: ``$live`` or ``{type: live, ...}``.
 
     ``allow_private_networks``: also fetch loopback, private, link-local and
-    metadata addresses (off by default: see :mod:`gateway.netpolicy`).
+    metadata addresses (off by default: see :mod:`gateway.loaders.netpolicy`).
     ``max_record_bytes``: the largest payload fetched into one record, in
     bytes (default 100 MiB); a larger response is a load error.
     """

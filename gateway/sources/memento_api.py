@@ -63,19 +63,19 @@ import aiohttp
 from multidict import CIMultiDictProxy
 from yarl import URL
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
-from gateway.clients import SharedClients
-from gateway.errors import SourceBadAnswer, SourceUnavailable
-from gateway.loaders.base import ResourceLoader
-from gateway.loaders.replay import ReplayLoader
-from gateway.memento import (
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.memento import (
     Link,
     http_date_to_timestamp,
     parse_link_format,
     parse_link_header,
     retry_after_seconds,
 )
-from gateway.query import CaptureQuery
+from gateway.cdx.query import CaptureQuery
+from gateway.clients import SharedClients
+from gateway.errors import SourceBadAnswer, SourceUnavailable
+from gateway.loaders.base import ResourceLoader
+from gateway.loaders.replay import ReplayLoader
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.memento_config import (
     DEFAULT_TIMEMAP_PAGE_BUDGET,

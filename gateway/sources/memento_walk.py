@@ -6,7 +6,7 @@ selects: a 302 ``Location``, or a 200 with ``Content-Location``) and §2.2.4
 memento responses). :class:`TimeGateWalk` asks the TimeGate once and then
 widens a window of consecutive mementos around the selected one, always on
 the side whose next memento is closer to the requested time (ties go to the
-earlier one, as :func:`gateway.cdxops.process` orders them), reading a
+earlier one, as :func:`gateway.cdx.cdxops.process` orders them), reading a
 memento's own ``Link`` header (``HEAD``) only when its neighbour is needed.
 
 The window is exact or nothing: when a needed neighbour cannot be known (the
@@ -24,9 +24,9 @@ from urllib.parse import urljoin
 
 from multidict import CIMultiDictProxy
 
-from gateway.cdxops import timestamp_to_seconds
+from gateway.cdx.cdxops import timestamp_to_seconds
+from gateway.cdx.memento import Link, http_date_to_timestamp, timestamp_to_http_date
 from gateway.errors import SourceBadAnswer
-from gateway.memento import Link, http_date_to_timestamp, timestamp_to_http_date
 
 __all__ = ["Memento", "MementoHttp", "TimeGateWalk", "memento_from_link"]
 

@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, ClassVar, Final, Self
 
 from redis.exceptions import RedisError
 
-from gateway.cdxj import CdxFormatError, CdxRecord
-from gateway.cdxops import merge_sorted
+from gateway.cdx.cdxj import CdxFormatError, CdxRecord
+from gateway.cdx.cdxops import merge_sorted
+from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceError, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
-from gateway.query import CaptureQuery
 from gateway.redis_keys import (
     REDIS_SCHEMES,
     KeyTemplate,

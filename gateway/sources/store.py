@@ -22,12 +22,12 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Self
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.store import SHORTHAND, StoreGetter, StoreRecordLoader
-from gateway.query import CaptureQuery
 from gateway.sources.base import SourceConfig
 from gateway.store.errors import StoreError
 

@@ -31,12 +31,12 @@ from collections.abc import AsyncIterator, Generator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Self
 
-from gateway.cdxj import CdxFormatError, CdxRecord
-from gateway.cdxops import LocalScan
+from gateway.cdx.cdxj import CdxFormatError, CdxRecord
+from gateway.cdx.cdxops import LocalScan
+from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
-from gateway.query import CaptureQuery
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdxj_scan import (
     CDX_HEADERS,
@@ -143,7 +143,7 @@ class ZipNumSource:
 
     def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
         """Records in ``[query.key, query.end_key)`` in (urlkey, timestamp) order,
-        as a :class:`~gateway.cdxops.LocalScan` (no await per record)."""
+        as a :class:`~gateway.cdx.cdxops.LocalScan` (no await per record)."""
         return LocalScan(self._scan(encode_key(query.key), encode_key(query.end_key)))
 
     def _scan(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:

@@ -8,7 +8,7 @@ Modules, one concept each:
 - :mod:`~gateway.store.writer`    the writer task (batches, dedup, durability)
 - :mod:`~gateway.store.warcfile`  the open WARC file (append, truncate back, close)
 - :mod:`~gateway.store.db`        the SQLite index (captures, files, dedup)
-- :mod:`~gateway.store.schema`    the index's schema versions: the chain of migration steps
+- :mod:`~gateway.store.schema`  the index's schema versions
 - :mod:`~gateway.store.reader`    lookups: versions, latest, nearest, ranges
 - :mod:`~gateway.store.indexing`  index rows from WARC bytes (warcio)
 - :mod:`~gateway.store.framing`   strict "is this record whole?" scanner
@@ -16,21 +16,21 @@ Modules, one concept each:
 - :mod:`~gateway.store.recovery`  recovery at open: unfinished files and imports only
 - :mod:`~gateway.store.importer`  ``store add``: verify, stage, publish
 - :mod:`~gateway.store.online_import`  the ``import`` actor type: files handed to a live store
-- :mod:`~gateway.store.scrub`     the ``scrub`` actor type: closed files verified again
+- :mod:`~gateway.store.integrity.scrub`     the ``scrub`` actor type: closed files verified again
 - :mod:`~gateway.store.store_actor`  the base of the store's actor types (:mod:`gateway.jobs`)
-- :mod:`~gateway.store.check`     ``store check``
-- :mod:`~gateway.store.repair`    ``store repair``
+- :mod:`~gateway.store.integrity.check`     ``store check``
+- :mod:`~gateway.store.integrity.repair`    ``store repair``
 - :mod:`~gateway.store.layout`    directory layouts (a file's place from its row), file
   names, the locks of several processes
-- :mod:`~gateway.store.migrations`  the chain of layout steps and the move (copy, verify,
-  commit, remove); on write
-- :mod:`~gateway.store.reconcile`  one file on disk against the index: import, quarantine,
+- :mod:`~gateway.store.migration.layout_steps`  the chain of layout steps and the move
+  (copy, verify, commit, remove); on write
+- :mod:`~gateway.store.migration.reconcile`  one file on disk against the index: import, quarantine,
   merge, finish a killed move
-- :mod:`~gateway.store.migrator`  a run of ``store migrate``: the index pass and the
+- :mod:`~gateway.store.migration.migrator`  a run of ``store migrate``: the index pass and the
   reconcile pass, the counts
-- :mod:`~gateway.store.migrate_actor`  the ``migrate`` actor type: the index pass in the
+- :mod:`~gateway.store.migration.actor`  the ``migrate`` actor type: the index pass in the
   background, a batch per tick
-- :mod:`~gateway.store.cli`       ``gateway store add|history|check|repair|migrate``
+- :mod:`~gateway.commands.store`       ``gateway store add|history|check|repair|migrate``
 
 The on-disk layout, what the store may touch and the lock model are
 described in :mod:`gateway.store.layout`.

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from cdxj_indexer.postquery import append_method_query
 from warcio.statusandheaders import StatusAndHeadersParser
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
 from gateway.store.settings import DedupPolicy
 
 __all__ = [

@@ -60,6 +60,7 @@ from typing import Final, Literal
 
 from gateway.store.indexing import FULL_RECORD_TYPES, IndexRow, extra_from_json, extra_to_json
 from gateway.store.layout import OPEN_SUFFIX
+from gateway.store.object_types import write_director_wake, write_scrub_of_closed_file
 from gateway.store.schema import migrate
 
 __all__ = [
@@ -265,11 +266,8 @@ def _connect(path: Path, *, synchronous: str, access: Access) -> sqlite3.Connect
 
 def _schedule_scrub(conn: sqlite3.Connection, file_id: int, *, verified: bool) -> None:
     """A closed file's background work, made in the transaction that closes it: its
-    verification (:mod:`.scrub`), and the replication director woken to copy it
-    (:mod:`.replication_jobs`)."""
-    from gateway.store.replication_jobs import write_director_wake  # imports this module
-    from gateway.store.scrub import write_scrub_of_closed_file  # imports this module
-
+    verification (its scrub object), and the replication director woken to copy it
+    (:mod:`gateway.store.object_types`)."""
     now = datetime.now(UTC)
     write_scrub_of_closed_file(conn, file_id, now, verified=verified)
     write_director_wake(conn, now)

@@ -42,7 +42,7 @@ from warcio.timeutils import iso_date_to_timestamp
 from gateway.store.db import FileRow, IndexDB
 from gateway.store.errors import ImportRejected
 from gateway.store.layout import Layout, fsync_dir, is_archive_name, utc_timestamp
-from gateway.store.migrations import ensure_current
+from gateway.store.migration.layout_steps import ensure_current
 from gateway.store.recovery import (
     RecoveryReport,
     file_sha256,

@@ -29,7 +29,7 @@ from cdxj_indexer.postquery import append_method_query
 from warcio.archiveiterator import ArchiveIterator
 from warcio.timeutils import iso_date_to_timestamp
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
 from gateway.store.framing import file_format
 
 __all__ = [

@@ -29,7 +29,7 @@ is flat ``warcs/<name>`` (every release up to af8b42d); layout 2 is
 names the writer gives, or the first record's ``WARC-Date`` of an imported
 file), so that no directory grows past one day of captures. The store writes
 new files in the newest layout (:data:`FS_VERSION`) and moves the others to
-it lazily (:mod:`gateway.store.migrations`); while a file moves, readers find
+it lazily (:mod:`gateway.store.migration.layout_steps`); while a file moves, readers find
 it in either place (:meth:`Layout.candidates`). A move copies the file to
 ``.<name>.moving`` in the new directory, under an ``flock`` of that name, and
 links it to its name there once its SHA-256 matches the row. CDX
@@ -161,7 +161,7 @@ def by_day(warcs: Path, date: str | None) -> Path:
 
 #: The layout of each version, from 1 (``LAYOUTS[n - 1]`` is version ``n``).
 #: Adding a version: append its directory function here and its step to
-#: :data:`gateway.store.migrations.STEPS`; the new version is the one the
+#: :data:`gateway.store.migration.layout_steps.STEPS`; the new version is the one the
 #: store writes from then on, and files move to it lazily.
 LAYOUTS: Final[tuple[Directory, ...]] = (flat, by_day)
 

@@ -36,12 +36,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
 from gateway.jobs.db import JobObject, JobsDB, Value, utcnow, write_objects
 from gateway.jobs.hooks import Hooks
-from gateway.jobs.model import ObjectType
 from gateway.jobs.settings import JobsSettings
 from gateway.store.db import IndexDB
 from gateway.store.errors import ImportRejected, StoreError
@@ -54,9 +52,10 @@ from gateway.store.importer import (
     verify_source,
 )
 from gateway.store.layout import Layout
+from gateway.store.object_types import IMPORT, OBJECT_TYPES
 from gateway.store.recovery import lock_staged
 from gateway.store.settings import StoreSettings
-from gateway.store.store_actor import StoreActorType
+from gateway.store.store_actor import StoreActorType, StoreContext
 from gateway.store.verify import Progress
 
 __all__ = [
@@ -67,40 +66,6 @@ __all__ = [
     "read_batch",
     "write_import_objects",
 ]
-
-IMPORT: Final = ObjectType(
-    name="import",
-    description="a WARC or ARC file handed to the store (gateway store add)",
-    states=("queued", "verified", "imported", "present", "refused", "failed"),
-    initial="queued",
-    final=("imported", "present", "refused", "failed"),
-    transitions=(
-        ("queued", "verified"),
-        ("queued", "refused"),
-        ("queued", "failed"),
-        ("verified", "imported"),
-        ("verified", "present"),
-        ("verified", "refused"),
-        ("verified", "failed"),
-    ),
-    columns=(
-        ("batch", "TEXT NOT NULL DEFAULT ''"),
-        ("source_path", "TEXT NOT NULL"),
-        ("name", "TEXT NOT NULL DEFAULT ''"),
-        ("size", "INTEGER NOT NULL DEFAULT 0"),
-        ("sha256", "TEXT NOT NULL DEFAULT ''"),
-        ("date", "TEXT"),
-        ("records", "INTEGER NOT NULL DEFAULT 0"),
-        ("notes", "TEXT NOT NULL DEFAULT '[]'"),
-        ("stored_as", "TEXT NOT NULL DEFAULT ''"),
-        ("captures", "INTEGER NOT NULL DEFAULT 0"),
-        ("reason", "TEXT NOT NULL DEFAULT ''"),
-    ),
-    indexes=(("batch",),),
-    attention_states=("refused", "failed"),
-    label_column="source_path",
-    detail_column="reason",
-)
 
 
 class ImportBusy(StoreError):
@@ -374,7 +339,7 @@ async def add_files(
     from gateway.store.store import Store
 
     store = await Store.open(store_settings, mode="shared")
-    db = JobsDB(store.layout.db_path)
+    db = JobsDB(store.layout.db_path, OBJECT_TYPES)
     try:
         if wait:
             decided = await asyncio.to_thread(_settle, store.layout, verified)
@@ -402,8 +367,8 @@ async def add_files(
             db=db,
             hooks=hooks,
             settings=settings or JobsSettings(),
-            store_root=store.layout.root,
             owner=f"store-add {os.getpid()}",
+            app=StoreContext(root=store.layout.root),
         )
         reported: set[int] = set()
         while True:

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
-from gateway.cdxj import CdxRecord
-from gateway.query import CaptureQuery, pad_timestamp
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import CaptureQuery, pad_timestamp
 from gateway.store.db import FileRow, ReaderPool, StoredRow, connect_reader, file_by_name
 from gateway.store.errors import StoreError
 

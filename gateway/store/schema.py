@@ -33,12 +33,12 @@ The schema after every step (``sqlite3 index.sqlite3 .schema`` shows it)::
     publications(name, target, sha256, mtime, captures)     -- step 4
     jobs_replication_director, jobs_replication_batch       -- step 4
     jobs_migrate                                                -- step 5
-        (the migrator's objects: :mod:`gateway.store.migrate_actor`)
+        (the migrator's objects: :mod:`gateway.store.migration.actor`)
     jobs_replication_copy                                       -- step 6
-        (the replication copier's objects: :mod:`gateway.store.replication_jobs`)
+        (the replication copier's objects: :mod:`gateway.store.replication.jobs`)
 
 :mod:`gateway.store.db` says what each column of ``files`` and ``captures``
-means, :mod:`gateway.store.copies` those of ``copies`` and ``publications``.
+means, :mod:`gateway.store.replication.copy_status` those of ``copies`` and ``publications``.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def add_jobs_tables(conn: sqlite3.Connection) -> None:
 
     The DDL :func:`gateway.jobs.db.create_schema` makes from the object
     types' declarations (:mod:`gateway.store.online_import`,
-    :mod:`gateway.store.scrub`) as they are at this step, written out so
+    :mod:`gateway.store.integrity.scrub`) as they are at this step, written out so
     that the step stays the same forever; a test holds the two equal, so a
     change to either declaration comes with a step of its own. Closed files
     of older releases get their scrub objects from the scrub actor type's
@@ -251,7 +251,7 @@ def add_copy_status(conn: sqlite3.Connection) -> None:
     neither a change of the file's bytes nor a later file of the same name.
     The partial index serves the scrub (least recently verified first).
     ``jobs_replication_director`` and ``jobs_replication_batch``: the
-    objects of the director and the workers (:mod:`gateway.store.replication_jobs`).
+    objects of the director and the workers (:mod:`gateway.store.replication.jobs`).
     """
     conn.execute(
         """CREATE TABLE copies (
@@ -278,7 +278,7 @@ def add_copy_status(conn: sqlite3.Connection) -> None:
             PRIMARY KEY (name, target)
         ) WITHOUT ROWID"""
     )
-    # The replication's object types (gateway.store.replication_jobs), as
+    # The replication's object types (gateway.store.replication.jobs), as
     # gateway.jobs.db.create_schema makes them at this step (a test holds them equal).
     statements = (
         """CREATE TABLE IF NOT EXISTS jobs_replication_director (
@@ -355,7 +355,7 @@ def add_copy_status(conn: sqlite3.Connection) -> None:
 
 
 def add_migrate_table(conn: sqlite3.Connection) -> None:
-    """Step 5: the migrator's objects (:mod:`gateway.store.migrate_actor`), one per layout.
+    """Step 5: the migrator's objects (:mod:`gateway.store.migration.actor`), one per layout.
 
     Written out like steps 3 and 4, and held equal to the declaration by the same
     test. Makes no object: the actor type's seeding does, when an
@@ -404,7 +404,7 @@ def add_migrate_table(conn: sqlite3.Connection) -> None:
 
 
 def add_copier_table(conn: sqlite3.Connection) -> None:
-    """Step 6: the replication copier's objects (:mod:`gateway.store.replication_jobs`),
+    """Step 6: the replication copier's objects (:mod:`gateway.store.replication.jobs`),
     one per (source, destination) group of a batch, and the batch's new state
     ``copying`` (it waits there for its copy objects).
 

@@ -39,8 +39,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, Literal, Self
 
-from gateway.cdxj import CdxRecord
-from gateway.query import CaptureQuery
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import CaptureQuery
 from gateway.store.capture import CaptureAck, CaptureInput, format_warc_date
 from gateway.store.db import IndexDB
 from gateway.store.errors import StoreClosed, StoreError
@@ -54,7 +54,7 @@ from gateway.store.warcfile import FaultInjector
 from gateway.store.writer import StoreWriter, WriteStats
 
 if TYPE_CHECKING:
-    from gateway.store.replicas import ReplicaLocation, Replicas
+    from gateway.store.replication.replicas import ReplicaLocation, Replicas
 
 __all__ = ["Store", "StoreMode"]
 
@@ -230,10 +230,10 @@ class Store:
     @property
     def replicas(self) -> Replicas:
         """The replication context: copy status, storages, reads from replicas
-        (:mod:`gateway.store.replicas`); made on first use, closed with the store."""
+        (:mod:`gateway.store.replication.replicas`); made on first use, closed with the store."""
         self._check_open()
         if self._replicas is None:
-            from gateway.store.replicas import Replicas
+            from gateway.store.replication.replicas import Replicas
 
             self._replicas = Replicas(self.settings, self.layout)
         return self._replicas

@@ -9,13 +9,38 @@ layout. ``index_access`` is ``"write"`` for actors that add files and rows
 from __future__ import annotations
 
 import asyncio
-from typing import ClassVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
 
-from gateway.jobs.actors import ActorType
+from gateway.jobs.actors import ActorType, JobContext
 from gateway.store.db import Access, IndexDB
 from gateway.store.layout import Layout
+from gateway.store.settings import StoreSettings
 
-__all__ = ["StoreActorType"]
+__all__ = ["StoreActorType", "StoreContext", "store_context"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreContext:
+    """The store's part of a :class:`~gateway.jobs.actors.JobContext` (its ``app``).
+
+    ``root``: the store directory, absolute (the actor types build their
+    layout from it); ``settings``: the store's settings (its storages and
+    retention policy, for the replication's actor types; None where a caller
+    runs only actor types that need no more than ``root``).
+    """
+
+    root: Path
+    settings: StoreSettings | None = None
+
+
+def store_context(ctx: JobContext[Any]) -> StoreContext:
+    """``ctx.app`` as the store's context; :class:`TypeError` when it is another's."""
+    app = ctx.app
+    if not isinstance(app, StoreContext):
+        raise TypeError(f"a store actor type needs a StoreContext, not {type(app).__name__}")
+    return app
 
 
 class StoreActorType(ActorType):
@@ -25,9 +50,14 @@ class StoreActorType(ActorType):
     _index: IndexDB | None = None
 
     @property
+    def store(self) -> StoreContext:
+        """The store the jobs belong to."""
+        return store_context(self.ctx)
+
+    @property
     def layout(self) -> Layout:
         """The layout of the store the jobs belong to."""
-        return Layout(self.ctx.store_root)
+        return Layout(self.store.root)
 
     @property
     def index(self) -> IndexDB:

@@ -26,7 +26,7 @@ uncommitted group. The next capture proceeds normally.
 Files are created in the current layout, so closing one never moves it; a
 file an older release's writer left open (closed by recovery under its old
 layout) moves to the current one once its close is complete
-(:func:`~gateway.store.migrations.ensure_current`, in a thread of its own,
+(:func:`~gateway.store.migration.layout_steps.ensure_current`, in a thread of its own,
 awaited by :meth:`StoreWriter.close`).
 
 After each commit the file's SHA-256 is extended over the committed bytes
@@ -51,7 +51,7 @@ from gateway.store.db import FileRow, IndexDB, StoredRow
 from gateway.store.errors import StoreClosed, StoreWriteError
 from gateway.store.indexing import IndexRow
 from gateway.store.layout import Layout
-from gateway.store.migrations import ensure_current, needs_move
+from gateway.store.migration.layout_steps import ensure_current, needs_move
 from gateway.store.records import prepare_capture, write_capture
 from gateway.store.settings import DedupPolicy, StoreSettings
 from gateway.store.warcfile import FaultInjector, OpenWarc, remove_open_link

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.indexer import write_cdxj_index
+from gateway.index.indexer import write_cdxj_index
 
 __all__ = ["sorted_sample_indexes"]
 

@@ -23,8 +23,8 @@ import pytest
 from aiohttp import web
 from playwright.async_api import BrowserContext, async_playwright
 
-from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.server.app import create_app
 
 CHROMIUM: Final = "/usr/bin/chromium"
 CHROMIUM_ARGS: Final = (

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.indexer import write_cdxj_index
+from gateway.index.indexer import write_cdxj_index
 from tests.conftest import leave_mid_answer, serving, write_big_warc
 
 

@@ -5,7 +5,7 @@ cdxj/ directory), ``iana`` and ``example`` (single files), resources from
 warcs/. ``/index`` answers are compared line by line and ``/resource``
 answers byte by byte, plus the headers pywb sets.
 
-Fuzzy matching (an empty exact lookup widened, :mod:`gateway.fuzzy`) is
+Fuzzy matching (an empty exact lookup widened, :mod:`gateway.index.fuzzy`) is
 compared too, on lookups that have no exact captures.
 
 Deliberate differences (README, "Deliberate differences from pywb") are not
@@ -25,7 +25,7 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from tests.conftest import MakeClient
 
 pytestmark = pytest.mark.peer

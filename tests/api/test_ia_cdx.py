@@ -22,9 +22,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.indexer import write_cdxj_index
+from gateway.index.indexer import write_cdxj_index
+from gateway.server.app import create_app
 from tests.api.sample_support import sorted_sample_indexes
 from tests.conftest import MakeClient
 

@@ -27,8 +27,8 @@ import requests
 from aiohttp import web
 from memento_client import MementoClient  # type: ignore[import-untyped]
 
-from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.server.app import create_app
 from tests.conftest import PYWB_BIN, _http_get, _Server, _start_until_ready
 
 PRINT_CSS = "http://www.iana.org/_css/2013.1/print.css"

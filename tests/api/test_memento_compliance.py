@@ -17,10 +17,10 @@ from aiohttp.test_utils import TestClient
 from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 
-from gateway.app import create_app
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.memento import Link, parse_link_format, parse_link_header, timestamp_to_http_date
 from gateway.config import parse_config
-from gateway.memento import Link, parse_link_format, parse_link_header, timestamp_to_http_date
+from gateway.server.app import create_app
 from tests.conftest import MakeClient
 
 AiohttpClient = Callable[..., Awaitable[TestClient]]  # type: ignore[type-arg]

@@ -14,7 +14,7 @@ import pytest
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from gateway.indexer import write_cdxj_index
+from gateway.index.indexer import write_cdxj_index
 from tests.conftest import MakeClient
 
 

@@ -13,10 +13,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.app import create_app
+from gateway.api.metrics import METRICS, register_collector
 from gateway.config import parse_config
-from gateway.keys import METRICS
-from gateway.metrics import register_collector
+from gateway.server.app import create_app
 from tests import test_recording
 from tests.conftest import free_port
 from tests.store.store_support import warc_files

@@ -12,8 +12,8 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from gateway.api.openapi import openapi_document
-from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.server.app import create_app
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[str], Awaitable[Client]]

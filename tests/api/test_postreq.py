@@ -1,7 +1,7 @@
 """The post-request API: a whole HTTP request as the body of a POST.
 
 Captures of POST and PUT requests are found by their bodies in indexes written
-by cdxj-indexer (``gateway.indexer``): the sample's post-test.warc.gz and a
+by cdxj-indexer (``gateway.index.indexer``): the sample's post-test.warc.gz and a
 WARC written here with JSON, multipart, binary, text and long form bodies. A
 stand-in live web on 127.0.0.1 records what it receives, proving that the
 wrapped method, headers (order, case, hop-by-hop ones) and body go upstream
@@ -24,10 +24,10 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from gateway.app import create_app
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
 from gateway.config import parse_config
-from gateway.indexer import write_cdxj_index
+from gateway.index.indexer import write_cdxj_index
+from gateway.server.app import create_app
 from tests.conftest import MakeClient
 
 Client = TestClient[web.Request, web.Application]

@@ -8,9 +8,9 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
+from gateway.api.readiness import READINESS
 from gateway.config import parse_config
-from gateway.keys import READINESS
+from gateway.server.app import create_app
 from tests.conftest import free_port
 
 Client = TestClient[web.Request, web.Application]

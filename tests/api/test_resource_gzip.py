@@ -20,9 +20,9 @@ import requests
 from aiohttp import web
 from warcio.recordloader import ArcWarcRecordLoader
 
-from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.indexer import write_cdxj_index
+from gateway.index.indexer import write_cdxj_index
+from gateway.server.app import create_app
 from tests.conftest import MakeClient
 
 FONT = {"url": "http://www.iana.org/_css/2013.1/fonts/OpenSans-Bold.ttf"}  # 117 KB member

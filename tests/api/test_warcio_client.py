@@ -26,10 +26,10 @@ from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 from warcio.checker import Checker
 
-from gateway.app import create_app
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from gateway.config import parse_config
-from gateway.indexer import write_cdxj_index
+from gateway.index.indexer import write_cdxj_index
+from gateway.server.app import create_app
 from tests.api.sample_support import sorted_sample_indexes
 
 #: Captures the Resource API refuses on purpose: (urlkey, timestamp) -> reason.

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.jobs.actors import ActorType, JobContext
+from gateway.jobs.actors import ActorType, JobContext, object_types_of
 from gateway.jobs.db import JobsDB, read_counts
 from gateway.jobs.hooks import Hooks
 from gateway.jobs.model import ObjectType
 from gateway.jobs.orchestrator import Orchestrator
-from gateway.jobs.registry import object_types_of
 from gateway.jobs.settings import JobsSettings
 from tests.jobs.probe_plugin import PROBE
 
@@ -40,8 +39,8 @@ def make_context(
     plugins: Sequence[object] = (),
     settings: JobsSettings | None = None,
     owner: str = "test",
-    store_root: Path | None = None,
-) -> JobContext:
+    app: object = None,
+) -> JobContext[object]:
     """A context whose hooks know the types of ``actor_types``."""
     hooks = Hooks(plugins)
     hooks.add_object_types(object_types_of(actor_types))
@@ -50,8 +49,8 @@ def make_context(
         db=db,
         hooks=hooks,
         settings=settings or JobsSettings(poll_s=0.2),
-        store_root=store_root or db.path.parent,
         owner=owner,
+        app=app,
     )
 
 

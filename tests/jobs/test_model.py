@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.jobs.actors import ActorType
+from gateway.jobs.actors import ActorType, object_types_of
 from gateway.jobs.db import (
     Value,
     connect,
@@ -20,7 +20,7 @@ from gateway.jobs.db import (
     write_transition,
 )
 from gateway.jobs.model import ObjectType, Transition
-from gateway.jobs.registry import ACTOR_TYPES, object_types_of
+from gateway.store.actor_types import ACTOR_TYPES
 from tests.jobs.probe_plugin import ProbeActor
 
 README = Path(__file__).resolve().parents[2] / "README.md"

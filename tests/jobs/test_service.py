@@ -12,13 +12,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
 from gateway.cli import build_parser
 from gateway.config import parse_config
 from gateway.errors import ConfigError
 from gateway.jobs.db import connect, create_schema, utcnow, write_objects
-from gateway.jobs.service import JobsService
 from gateway.jobs.settings import JobsSettings
+from gateway.server.app import create_app
+from gateway.server.jobs_service import JobsService
 from gateway.store.settings import StoreSettings
 from tests.api.test_metrics import scrape, value
 from tests.jobs import probe_plugin

@@ -38,7 +38,7 @@ import pytest
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
 from gateway.loaders.base import FindOriginal, LoadContext, LoadedRecord, ResourceLoader
 from tests.storage.seaweedfs import SeaweedFS, run_in_thread
 

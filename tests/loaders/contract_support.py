@@ -42,7 +42,7 @@ from aiohttp.test_utils import TestServer
 from warcio.archiveiterator import ArchiveIterator
 
 import gateway
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import SharedClients
 from gateway.errors import LoadError
 from gateway.loaders.base import FindOriginal, LoadContext, LoadedRecord, ResourceLoader

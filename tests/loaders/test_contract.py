@@ -77,7 +77,8 @@ import pytest
 from aiohttp import web
 from warcio.timeutils import iso_date_to_timestamp
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveFileNotFound, LoadError, UpstreamStatusError, UpstreamUnreachable
 from gateway.loaders import LOADER_TYPES
@@ -86,12 +87,11 @@ from gateway.loaders.live import LiveLoader
 from gateway.loaders.replay import ReplayLoader
 from gateway.loaders.resolvers import resolver_config_from_shorthand
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
-from gateway.query import CaptureQuery
 from gateway.sources.store import StoreRecordLoader, StoreSource
 from gateway.storage.s3 import S3Storage, S3StorageConfig
 from gateway.storage.settings import RetentionPolicy, StorageSpec
 from gateway.store import Store, StoreSettings
-from gateway.store.replication import run_pass
+from gateway.store.replication.director import run_pass
 from tests.conftest import free_port
 from tests.loaders.conftest import make_finder
 from tests.loaders.contract_support import (

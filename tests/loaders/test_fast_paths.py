@@ -4,8 +4,8 @@
   warcio's ``StatusAndHeadersParser`` does, on crafted and random blocks, and
   :func:`~gateway.loaders.warc_headers.block_bytes` writes every parsed block
   as warcio's ``to_bytes`` does, also after its headers are changed;
-- :func:`gateway.memento.timestamp_to_http_date` and
-  :func:`~gateway.memento.iso_to_timestamp` answer as the ``strptime`` /
+- :func:`gateway.cdx.memento.timestamp_to_http_date` and
+  :func:`~gateway.cdx.memento.iso_to_timestamp` answer as the ``strptime`` /
   ``email.utils`` versions they replace, errors included;
 - a record read and inflated at once is offered whole
   (:meth:`LoadedRecord.body_in_memory`), others stream, with the same bytes;
@@ -28,13 +28,13 @@ import aiohttp
 import pytest
 from warcio.statusandheaders import StatusAndHeaders, StatusAndHeadersParser
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.memento import iso_to_timestamp, timestamp_to_http_date
 from gateway.clients import SharedClients
-from gateway.indexer import write_cdxj_index
+from gateway.index.indexer import write_cdxj_index
 from gateway.loaders.base import FindOriginal
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.loaders.warc_headers import RECORD_LOADER, HeaderWindow, block_bytes
-from gateway.memento import iso_to_timestamp, timestamp_to_http_date
 from tests.conftest import MakeClient, leave_mid_answer, write_big_warc
 from tests.loaders.conftest import capture, context, load_all
 

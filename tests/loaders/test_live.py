@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from aiohttp.abc import AbstractResolver
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.query import now_timestamp
 from gateway.clients import ClientSettings, SharedClients
 from gateway.errors import BadRequest, LiveFetchRefused, LoadError, RecordTooLarge
 from gateway.loaders.base import LoadContext, WrappedRequest
 from gateway.loaders.live import LiveLoadedRecord, LiveLoader
-from gateway.query import now_timestamp
 from tests.loaders.live_web import (
     CHUNKED_PIECES,
     GZIP_PLAIN,

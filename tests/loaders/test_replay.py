@@ -25,7 +25,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from warcio.archiveiterator import ArchiveIterator
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import SharedClients
 from gateway.errors import LoadError, RecordTooLarge, SelfRedirect
 from gateway.loaders import replay, warc_build

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveFileNotFound, UnsafeFilename
 from gateway.loaders.base import FindOriginal

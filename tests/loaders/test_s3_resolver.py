@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from gateway.clients import SharedClients
 from gateway.config import parse_config
 from gateway.errors import ConfigError, LoadError, UnsafeFilename

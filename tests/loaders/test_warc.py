@@ -28,7 +28,7 @@ from warcio.recordloader import ArcWarcRecordLoader
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from gateway.clients import SharedClients
 from gateway.errors import (
     ArchiveFileNotFound,

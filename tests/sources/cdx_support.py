@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from gateway.query import key_range, pad_timestamp
+from gateway.cdx.query import key_range, pad_timestamp
 
 REQUESTS = web.AppKey("requests", list[dict[str, str]])
 RELEASE = web.AppKey("release", asyncio.Event)

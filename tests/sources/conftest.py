@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cdxj import CdxRecord
-from gateway.query import CaptureQuery
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import CaptureQuery
 from gateway.sources.base import IndexSource
 
 BIG_HOSTS = 120

@@ -40,9 +40,9 @@ from typing import Literal
 
 from aiohttp import web
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
-from gateway.cdxops import timestamp_to_seconds
-from gateway.memento import http_date_to_timestamp, timestamp_to_http_date
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxops import timestamp_to_seconds
+from gateway.cdx.memento import http_date_to_timestamp, timestamp_to_http_date
 
 TimeGateStyle = Literal["302", "200", "pywb"]
 _MEMENTO_PATH = re.compile(r"(\d{14})([a-z]{2}_)?/(.+)", re.DOTALL)

@@ -19,13 +19,13 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from warcio.archiveiterator import ArchiveIterator
 
-from gateway.app import create_app
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import CaptureQuery, parse_query
 from gateway.clients import SharedClients
 from gateway.config import parse_config
 from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
 from gateway.loaders.replay import ReplayLoader
-from gateway.query import CaptureQuery, parse_query
+from gateway.server.app import create_app
 from gateway.sources import cdx_api, cdx_stream
 from gateway.sources.cdx_api import CdxApiConfig, CdxApiSource, fill_replay_template
 from tests.conftest import free_port

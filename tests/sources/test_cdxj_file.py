@@ -16,10 +16,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.query import MATCH_TYPES, CaptureQuery, MatchType, parse_query
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceUnavailable
-from gateway.query import MATCH_TYPES, CaptureQuery, MatchType, parse_query
 from gateway.sources.base import IndexSource, SourceFactory
 from gateway.sources.cdxj_file import CdxjDirectorySource, CdxjFileSource, FileSourceConfig
 from tests.sources.conftest import BIG_HOSTS, collect, linear_scan, read_lines, signature

@@ -74,11 +74,11 @@ from typing import Any, Final
 import pytest
 from aiohttp.test_utils import TestServer
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import MATCH_TYPES, CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceError, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
-from gateway.query import MATCH_TYPES, CaptureQuery
 from gateway.sources import SOURCE_SHORTHANDS, SOURCE_TYPES
 from gateway.sources.base import IndexSource
 from gateway.sources.cdx_api import CdxApiConfig, CdxApiSource
@@ -109,7 +109,7 @@ CHECKS: Final = (
     "failure",
 )
 #: Source types that answer a widened (fuzzy) lookup with nothing, as pywb's
-#: Memento and live index sources do (gateway.fuzzy).
+#: Memento and live index sources do (gateway.index.fuzzy).
 NOT_WIDENING: Final = frozenset({"live", "memento"})
 #: The sample index files every parameter's source holds.
 CONTRACT_FILES: Final = ("iana.cdxj", "example.cdxj")

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.memento import timestamp_to_http_date
+from gateway.cdx.query import CaptureQuery, now_timestamp
 from gateway.clients import SharedClients
 from gateway.config import parse_config
 from gateway.errors import ConfigError
 from gateway.loaders.base import LoadContext
 from gateway.loaders.live import DEFAULT_MAX_RECORD_BYTES, LiveLoader
-from gateway.memento import timestamp_to_http_date
-from gateway.query import CaptureQuery, now_timestamp
 from gateway.sources.live import LiveSource, LiveSourceConfig
 from tests.conftest import MakeClient
 from tests.loaders.live_web import (

@@ -30,16 +30,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway import cdxops
-from gateway.aggregate import IndexGroup
-from gateway.app import create_app
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx import cdxops
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.memento import timestamp_to_http_date
+from gateway.cdx.query import CaptureQuery, parse_query
 from gateway.clients import SharedClients
 from gateway.config import parse_config
 from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
+from gateway.index.group import IndexGroup
 from gateway.loaders.replay import ReplayLoader
-from gateway.memento import timestamp_to_http_date
-from gateway.query import CaptureQuery, parse_query
+from gateway.server.app import create_app
 from gateway.sources import memento_api, memento_config
 from gateway.sources.memento_api import (
     TIMEGATE_MAX_LIMIT,

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import redis.asyncio
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.query import MATCH_TYPES, CaptureQuery
 from gateway.clients import SharedClients
 from gateway.config import parse_config
 from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
-from gateway.query import MATCH_TYPES, CaptureQuery
 from gateway.sources import SOURCE_TYPES
 from gateway.sources.base import IndexSource
 from gateway.sources.redis_zset import RedisIndexSource, RedisSourceConfig

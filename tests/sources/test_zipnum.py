@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import build_collections
-from gateway.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
+from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.config import parse_config
 from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
-from gateway.query import CaptureQuery
+from gateway.server.app import build_collections
 from gateway.sources.base import IndexSource
 from gateway.sources.zipnum import ZipNumSource, ZipNumSourceConfig
 from tests.sources.conftest import collect

@@ -2,7 +2,7 @@
 
 Not a test module. :func:`layout_chain` sets the chain of layouts and steps
 the code reads (``gateway.store.layout.LAYOUTS`` and
-``gateway.store.migrations.STEPS``, the two places a developer adds a
+``gateway.store.migration.layout_steps.STEPS``, the two places a developer adds a
 version), so a test can write a store as a release with fewer layouts would
 (:func:`flat_store`: layout 1, the flat ``warcs/`` of the release at
 af8b42d) or add a version the code does not have yet.
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Final
 
 import gateway.store.layout as layout_module
-import gateway.store.migrations as migrations_module
+import gateway.store.migration.layout_steps as migrations_module
 from gateway.store.layout import Directory, Layout
-from gateway.store.migrations import Step
+from gateway.store.migration.layout_steps import Step
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
 from tests.store.store_support import make_capture
@@ -102,7 +102,7 @@ def written_store(
     it and this gateway's software, then the capture's response and
     request), named ``gateway-<date>-<serial>.warc.gz`` with dates spread
     over ``days`` days, written straight into the flat ``warcs/`` and
-    indexed where it is by :func:`~gateway.store.reconcile.adopt_file`: the
+    indexed where it is by :func:`~gateway.store.migration.reconcile.adopt_file`: the
     state a store of the release before layout 2 is in, without the
     writer's fsyncs (:func:`flat_store` for the writer itself).
     """
@@ -110,7 +110,7 @@ def written_store(
     from warcio.warcwriter import WARCWriter
 
     from gateway.store.db import IndexDB
-    from gateway.store.reconcile import adopt_file
+    from gateway.store.migration.reconcile import adopt_file
     from gateway.store.warcfile import SOFTWARE
 
     layout = Layout(root)

@@ -16,7 +16,7 @@ from typing import Any
 
 from warcio.archiveiterator import ArchiveIterator
 
-from gateway.cdxj import CdxRecord
+from gateway.cdx.cdxj import CdxRecord
 from gateway.store.capture import CaptureInput, HttpRequest, HttpResponse
 from gateway.store.settings import DedupPolicy
 

@@ -1,4 +1,4 @@
-"""The copy status table (gateway/store/copies.py): what counts as a safe copy, the
+"""The copy status table (gateway/store/replication/copy_status.py): what counts as a safe copy, the
 director's query, claims by compare-and-swap, and rows about other bytes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store.copies import (
+from gateway.store.replication.copy_status import (
     CopyRow,
     read_copy_summary,
     read_file_copies,

@@ -19,17 +19,18 @@ from typing import Any, Final
 
 import pytest
 
-from gateway.jobs.actors import ActorType, JobContext
+from gateway.commands.store import main as store_cli
+from gateway.jobs.actors import ActorType, JobContext, object_types_of
 from gateway.jobs.db import JobObject, JobsDB
 from gateway.jobs.hooks import Hooks, hookimpl
 from gateway.jobs.orchestrator import Orchestrator
-from gateway.jobs.registry import object_types_of
 from gateway.jobs.settings import JobsSettings
-from gateway.store.check import check_store
-from gateway.store.cli import main as store_cli
 from gateway.store.db import IndexDB
+from gateway.store.integrity.check import check_store
 from gateway.store.layout import Layout
-from gateway.store.migrate_actor import MigrateActor
+from gateway.store.migration.actor import MigrateActor
+from gateway.store.object_types import OBJECT_TYPES
+from gateway.store.store_actor import StoreContext
 from tests.jobs.process_support import jobs_config, start_worker
 from tests.store.migrate_support import layout_chain, placed_files, written_store
 from tests.store.test_store_migrate import CHAIN_3
@@ -81,7 +82,7 @@ async def jobs_db(tmp_path: Path) -> AsyncIterator[JobsDB]:
     root = tmp_path / "archive"
     written_store(root, 12)
     IndexDB(Layout(root).db_path).close()  # the schema steps, as opening the store runs them
-    db = JobsDB(Layout(root).db_path)
+    db = JobsDB(Layout(root).db_path, OBJECT_TYPES)
     await db.open()
     try:
         yield db
@@ -96,7 +97,9 @@ async def _run(
     hooks = Hooks([plugin] if plugin is not None else [])
     hooks.add_object_types(object_types_of([actor_type]))
     settings = JobsSettings(poll_s=0.1)
-    ctx = JobContext(db=db, hooks=hooks, settings=settings, store_root=root, owner="test")
+    ctx = JobContext(
+        db=db, hooks=hooks, settings=settings, owner="test", app=StoreContext(root=root)
+    )
     orchestrator = Orchestrator(ctx, [actor_type])
     if isinstance(plugin, StopAfterOneBatch):
         plugin.orchestrator = orchestrator

@@ -25,8 +25,10 @@ from gateway.jobs.hooks import Hooks
 from gateway.jobs.orchestrator import Orchestrator
 from gateway.jobs.settings import JobsSettings
 from gateway.store.layout import Layout
+from gateway.store.object_types import OBJECT_TYPES
 from gateway.store.online_import import IMPORT, ImportActor, add_files
 from gateway.store.settings import StoreSettings
+from gateway.store.store_actor import StoreContext
 from tests.jobs.process_support import (
     Process,
     get_json,
@@ -231,11 +233,13 @@ async def test_store_add_settles_what_the_store_decides_before_handing_anything_
 
 async def _run_import_actor(root: Path) -> None:
     """An orchestrator of this process with the import actor, until nothing is due."""
-    db = JobsDB(Layout(root).db_path)
+    db = JobsDB(Layout(root).db_path, OBJECT_TYPES)
     await db.open()
     hooks = Hooks()
     hooks.add_object_types([IMPORT])
-    ctx = JobContext(db=db, hooks=hooks, settings=JobsSettings(), store_root=root, owner="test")
+    ctx = JobContext(
+        db=db, hooks=hooks, settings=JobsSettings(), owner="test", app=StoreContext(root=root)
+    )
     orchestrator = Orchestrator(ctx, [ImportActor])
     task = asyncio.create_task(orchestrator.run())
     deadline = time.monotonic() + DONE_WITHIN_S

@@ -39,8 +39,7 @@ from gateway.jobs.db import JobObject, parse_time, utcnow
 from gateway.storage.pool import StoragePool
 from gateway.storage.s3 import S3Storage
 from gateway.store.layout import Layout
-from gateway.store.replicas import Replicas
-from gateway.store.replication_jobs import (
+from gateway.store.replication.jobs import (
     BATCH,
     COPY,
     ROUND_BACKOFF_BASE_S,
@@ -52,6 +51,7 @@ from gateway.store.replication_jobs import (
     read_pass,
     work_pass,
 )
+from gateway.store.replication.replicas import Replicas
 from tests.conftest import run_seaweedfs
 from tests.jobs.process_support import start_worker
 from tests.storage.seaweedfs import SeaweedFS

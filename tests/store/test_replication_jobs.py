@@ -19,11 +19,10 @@ from gateway.config import load_config
 from gateway.jobs.db import JobObject, parse_time, utcnow
 from gateway.jobs.hooks import hookimpl
 from gateway.jobs.settings import JobsSettings
-from gateway.store.copy_scrub import PartialDigest, ScrubReport, verify_copies_of
+from gateway.store.integrity.copy_scrub import PartialDigest, ScrubReport, verify_copies_of
 from gateway.store.layout import Layout
-from gateway.store.replicas import Replicas
-from gateway.store.replication import director_batches, replicate_batch
-from gateway.store.replication_jobs import (
+from gateway.store.replication.director import director_batches, replicate_batch
+from gateway.store.replication.jobs import (
     BATCH,
     COPY,
     DIRECTOR,
@@ -37,6 +36,7 @@ from gateway.store.replication_jobs import (
     report_of,
     work_pass,
 )
+from gateway.store.replication.replicas import Replicas
 from tests.conftest import MakeClient
 from tests.jobs.process_support import run_gateway
 from tests.store.replication_support import (

@@ -20,10 +20,10 @@ from gateway.config import load_config
 from gateway.storage.copier import RetryPolicy
 from gateway.storage.pool import StoragePool
 from gateway.storage.settings import PRIMARY
-from gateway.store.copies import read_file_copies
 from gateway.store.layout import Layout, layout_for
-from gateway.store.replicas import Replicas
-from gateway.store.replication import CopyPlan, _copy, adopt_sha256
+from gateway.store.replication.copy_status import read_file_copies
+from gateway.store.replication.director import CopyPlan, _copy, adopt_sha256
+from gateway.store.replication.replicas import Replicas
 from tests.conftest import MakeClient
 from tests.storage.seaweedfs import SeaweedFS
 from tests.store.replication_support import (
@@ -146,7 +146,7 @@ async def test_a_deleted_primary_is_served_from_a_replica_then_restored(
     original = primary.read_bytes()
     primary.unlink()
     client = await make_client(_stored_config(config))
-    with caplog.at_level(logging.WARNING, "gateway.store.replicas"):
+    with caplog.at_level(logging.WARNING, "gateway.store.replication.replicas"):
         for i in range(4):
             answer = await client.get(
                 "/stored/resource", params={"url": f"http://example.com/replicated/{i}"}

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gateway.jobs.actors import ActorType, JobContext, WorkCancelled
+from gateway.jobs.actors import ActorType, JobContext, WorkCancelled, object_types_of
 from gateway.jobs.db import (
     JobObject,
     JobsDB,
@@ -32,15 +32,16 @@ from gateway.jobs.db import (
 )
 from gateway.jobs.hooks import Hooks, hookimpl
 from gateway.jobs.orchestrator import Orchestrator
-from gateway.jobs.registry import object_types_of
 from gateway.jobs.settings import JobsSettings
 from gateway.store.db import IndexDB
+from gateway.store.integrity.repair import repair_store
+from gateway.store.integrity.scrub import SCRUB, ScrubActor, verify_chunk
 from gateway.store.layout import Layout
+from gateway.store.object_types import OBJECT_TYPES
 from gateway.store.online_import import add_files
-from gateway.store.repair import repair_store
-from gateway.store.scrub import SCRUB, ScrubActor, verify_chunk
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
+from gateway.store.store_actor import StoreContext
 from gateway.store.verify import verify_file
 from tests.jobs.process_support import jobs_config, run_gateway, start_worker
 from tests.store.store_support import make_capture, read_all_records, warc_files
@@ -107,7 +108,7 @@ class Ticks:
 
 @pytest.fixture
 async def scrub_db(tmp_path: Path) -> AsyncIterator[JobsDB]:
-    db = JobsDB(Layout(tmp_path / "archive").db_path)
+    db = JobsDB(Layout(tmp_path / "archive").db_path, OBJECT_TYPES)
     await db.open()
     try:
         yield db
@@ -134,7 +135,9 @@ async def _scrub(
     hooks = Hooks(plugins or [])
     hooks.add_object_types(object_types_of([actor_type]))
     settings = JobsSettings(poll_s=0.1, scrub_max_tick_s=max_tick_s)
-    ctx = JobContext(db=db, hooks=hooks, settings=settings, store_root=root, owner="test")
+    ctx = JobContext(
+        db=db, hooks=hooks, settings=settings, owner="test", app=StoreContext(root=root)
+    )
     orchestrator = Orchestrator(ctx, [actor_type])
     task = asyncio.create_task(orchestrator.run())
     deadline = time.monotonic() + DONE_WITHIN_S
@@ -231,7 +234,7 @@ async def test_a_damaged_file_is_reported_with_the_record_and_offset_then_repair
             await store.record(make_capture(f"http://example.com/{i}", _body(i)))
     [path] = [p for p in warc_files(Layout(root).warcs) if p.name.endswith(".warc.gz")]
     offset = _flip_byte_in_a_response(path)
-    with caplog.at_level(logging.WARNING, logger="gateway.store.scrub"):
+    with caplog.at_level(logging.WARNING, logger="gateway.store.integrity.scrub"):
         await _scrub(scrub_db, root)
     scrub = _scrubs(root)[path.name]
     assert scrub["status"] == "damaged"

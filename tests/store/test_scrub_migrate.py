@@ -22,11 +22,12 @@ from typing import Any, Final
 import pytest
 
 from gateway.jobs.db import JobsDB, format_time, utcnow
-from gateway.store.check import check_store
 from gateway.store.db import FileRow, IndexDB
+from gateway.store.integrity.check import check_store
 from gateway.store.layout import Layout, moving_name
-from gateway.store.migrate_actor import MigrateActor, write_migrate_seed
-from gateway.store.migrations import Mover, MoveResult, migrate_file
+from gateway.store.migration.actor import MigrateActor, write_migrate_seed
+from gateway.store.migration.layout_steps import Mover, MoveResult, migrate_file
+from gateway.store.object_types import OBJECT_TYPES
 from tests.store.migrate_support import payload_of, placed_files, written_store
 from tests.store.test_migrate_actor import _migrate_objects, _run
 from tests.store.test_scrub import QuickRetryScrub, _scrub, _scrubs
@@ -55,7 +56,7 @@ async def jobs_db(tmp_path: Path) -> AsyncIterator[JobsDB]:
     """A layout-1 store of three files (the first of 2.5 MB), each scrub due now."""
     root = tmp_path / "archive"
     written_store(root, 3, payload=_payload)
-    db = JobsDB(Layout(root).db_path)
+    db = JobsDB(Layout(root).db_path, OBJECT_TYPES)
     await db.open()
     try:
         yield db

@@ -26,12 +26,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
 from gateway.cli import main as gateway_cli
+from gateway.commands.store import main as store_cli
 from gateway.config import load_config, parse_config
-from gateway.indexer import write_cdxj_index
-from gateway.store.check import check_store
-from gateway.store.cli import main as store_cli
+from gateway.index.indexer import write_cdxj_index
+from gateway.server.app import create_app
+from gateway.store.integrity.check import check_store
 from gateway.store.layout import DEFAULT_ROOT, Layout
 from tests.store.store_support import store_path, tree_snapshot, warc_files
 

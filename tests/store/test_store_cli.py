@@ -1,4 +1,4 @@
-"""``gateway store add | check | repair`` through :func:`gateway.store.cli.main`.
+"""``gateway store add | check | repair`` through :func:`gateway.commands.store.main`.
 
 ``check`` must never change anything: every test that runs it on a broken
 store compares a snapshot of the whole store directory before and after.
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from warcio.warcwriter import WARCWriter
 
-from gateway.cdxj import CdxRecord
-from gateway.store.cli import add_subcommands
-from gateway.store.cli import main as store_cli
+from gateway.cdx.cdxj import CdxRecord
+from gateway.commands.store import add_subcommands
+from gateway.commands.store import main as store_cli
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
@@ -339,7 +339,7 @@ def test_subcommands_register_under_gateway_store(settings: StoreSettings) -> No
 def test_module_entry_point_runs_as_a_process(settings: StoreSettings) -> None:
     _fill(settings, count=1)
     done = subprocess.run(
-        [sys.executable, "-m", "gateway.store.cli", "check", "--root", settings.root],
+        [sys.executable, "-m", "gateway.commands.store", "check", "--root", settings.root],
         capture_output=True,
         text=True,
         check=False,

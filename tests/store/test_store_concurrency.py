@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store.check import check_store
 from gateway.store.framing import scan_frames
+from gateway.store.integrity.check import check_store
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store

@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import pytest
 
-from gateway.store.cli import main as store_cli
+from gateway.commands.store import main as store_cli
 from gateway.store.reader import StoreReader
 from gateway.store.store import Store
 from tests.store.record_driver import (

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gateway.store.capture import CaptureAck
-from gateway.store.check import check_store
 from gateway.store.errors import StoreWriteError
+from gateway.store.integrity.check import check_store
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store

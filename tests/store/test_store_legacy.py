@@ -25,9 +25,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from warcio.archiveiterator import ArchiveIterator
 
-from gateway.store.check import check_store
-from gateway.store.cli import main as store_cli
+from gateway.commands.store import main as store_cli
 from gateway.store.errors import StoreError
+from gateway.store.integrity.check import check_store
 from gateway.store.layout import Layout
 from gateway.store.schema import SCHEMA_VERSION, schema_version
 from gateway.store.settings import StoreSettings

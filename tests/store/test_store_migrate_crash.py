@@ -34,7 +34,7 @@ from typing import Any, Final, Protocol
 import aiohttp
 import pytest
 
-from gateway.store.check import check_store
+from gateway.store.integrity.check import check_store
 from gateway.store.layout import Layout
 from tests.conftest import free_port
 from tests.store.migrate_support import payload_of, placed_files, url_of, written_store

@@ -20,7 +20,7 @@ from typing import Final
 import aiohttp
 import pytest
 
-from gateway.store.check import check_store
+from gateway.store.integrity.check import check_store
 from gateway.store.layout import Layout
 from tests.conftest import free_port
 from tests.store.record_driver import import_body, import_url, write_import

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store.check import check_store
-from gateway.store.cli import main as store_cli
+from gateway.commands.store import main as store_cli
 from gateway.store.errors import StoreLocked
+from gateway.store.integrity.check import check_store
 from gateway.store.layout import FS_VERSION, Layout
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store, StoreMode

@@ -1,4 +1,6 @@
-"""The index's schema versions: an ordered chain of migration steps (gateway/store/schema.py).
+"""The index's schema versions: an ordered chain of migration steps.
+
+The steps are gateway/store/schema.py's.
 
 Each step runs in its own transaction together with ``PRAGMA user_version``;
 the kill test shows that a process SIGKILLed at random moments during a

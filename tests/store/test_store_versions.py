@@ -13,15 +13,15 @@ from typing import cast
 
 import pytest
 
-from gateway.cdxj import CdxRecord
-from gateway.cdxops import process
+from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.cdxops import process
+from gateway.cdx.query import parse_query
 from gateway.clients import SharedClients
+from gateway.commands.store import main as store_cli
 from gateway.errors import SourceUnavailable
 from gateway.loaders.base import LoadContext
-from gateway.query import parse_query
 from gateway.sources.base import IndexSource
 from gateway.sources.store import StoreSource, StoreSourceConfig
-from gateway.store.cli import main as store_cli
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
 from tests.store.store_support import make_capture, read_record

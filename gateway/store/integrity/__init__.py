@@ -1,0 +1,1 @@
+"""Integrity: verify, check, repair, scrub, and whether a file is safe."""
