@@ -1,4 +1,7 @@
-"""The README's configuration examples parse: documentation that cannot rot silently."""
+"""The documentation's configuration examples parse: documentation that cannot rot silently.
+
+The documentation is ``README.md`` and every page under ``docs/``.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +10,21 @@ from pathlib import Path
 
 from gateway.config import parse_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
-def test_every_yaml_example_in_the_readme_is_a_valid_config() -> None:
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    configs = [block for block in blocks if "collections:" in block]
+def documentation_pages() -> list[Path]:
+    """``README.md`` and every ``docs/*.md`` page, in a fixed order."""
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_every_yaml_example_in_the_documentation_is_a_valid_config() -> None:
+    configs = []
+    for page in documentation_pages():
+        blocks = re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+        configs += [(page.name, block) for block in blocks if "collections:" in block]
     assert len(configs) >= 3
-    for block in configs:
+    for name, block in configs:
         config = parse_config(block)
-        assert config.collections, block
+        assert config.collections, f"{name}:\n{block}"

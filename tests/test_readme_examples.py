@@ -1,15 +1,16 @@
-"""Every curl example in the README runs, as written, against what its set-up gives.
+"""Every curl example of the documentation runs, as written, against what its set-up gives.
 
-The README's own commands are run: its set-up step that indexes the sample
+The documentation is ``README.md`` and every page under ``docs/``. The
+README's own commands are run: its set-up step that indexes the sample
 archive into the default collection (the ``sh`` block that copies
 ``../shared/data/pywb-sample/`` and runs ``gateway index``), then ``gateway
 serve`` on the default ``collections.yaml``, in a fresh copy of the checkout
 (``.venv/bin/gateway`` is this test's Python). Then each ``curl`` line of
-every ``sh`` block is run with bash (``\\``-continued lines joined, the
+every ``sh`` block of every page is run with bash (``\\``-continued lines joined, the
 block's ``printf`` lines run first, port 8080 replaced by the test
 server's), and its HTTP status checked: the status a trailing comment names
 (``# 400``, ``# 302 to ...``), else 200. A line with a pipe must exit 0 and
-print something. An answer the README shows (a plain block starting
+print something. An answer a page shows (a plain block starting
 ``HTTP/1.1`` right after an ``sh`` block) is compared with the real answer
 to that block's last ``curl``: its status line, and each header line written
 in full (no ``...``; a wrapped ``Link`` is left out).
@@ -31,12 +32,23 @@ import pytest
 from tests.conftest import REPO_ROOT, _http_get, _start_until_ready
 
 README: Final = REPO_ROOT / "README.md"
+DOCS: Final = REPO_ROOT / "docs"
 _STATUS_COMMENT = re.compile(r"#\s*(\d{3})\b")
 _MARK: Final = "__status__"
 
 
+def documentation_pages() -> list[Path]:
+    """``README.md`` and every ``docs/*.md`` page, in a fixed order."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def _where(page: Path, line: int) -> str:
+    return f"{page.relative_to(REPO_ROOT)}:{line}"
+
+
 @dataclass(frozen=True, slots=True)
 class Example:
+    page: Path
     line: int
     command: str
     expected: int
@@ -73,9 +85,9 @@ def _split_comment(line: str) -> tuple[str, str]:
     return line.rstrip(), ""
 
 
-def curl_examples(text: str) -> list[Example]:
+def curl_examples(page: Path) -> list[Example]:
     examples = []
-    for lines in sh_blocks(text):
+    for lines in sh_blocks(page.read_text("utf-8")):
         setup = tuple(line for _, line in lines if line.startswith("printf "))
         for number, line in lines:
             if not line.startswith("curl "):
@@ -83,8 +95,13 @@ def curl_examples(text: str) -> list[Example]:
             command, comment = _split_comment(line)
             status = _STATUS_COMMENT.match(comment)
             expected = int(status[1]) if status else 200
-            examples.append(Example(number, command, expected, setup))
+            examples.append(Example(page, number, command, expected, setup))
     return examples
+
+
+def all_curl_examples() -> list[Example]:
+    """The curl examples of every page of the documentation."""
+    return [example for page in documentation_pages() for example in curl_examples(page)]
 
 
 def setup_block(text: str) -> list[str]:
@@ -127,8 +144,8 @@ def readme_gateway(
         server.stop()
 
 
-def test_the_readme_has_curl_examples_with_statuses() -> None:
-    examples = curl_examples(README.read_text("utf-8"))
+def test_the_documentation_has_curl_examples_with_statuses() -> None:
+    examples = all_curl_examples()
     assert len(examples) >= 30
     assert {400, 302, 204} <= {example.expected for example in examples}
 
@@ -136,7 +153,7 @@ def test_the_readme_has_curl_examples_with_statuses() -> None:
 def test_every_curl_example_answers_as_documented(readme_gateway: tuple[Path, int]) -> None:
     checkout, port = readme_gateway
     failures = []
-    for example in curl_examples(README.read_text("utf-8")):
+    for example in all_curl_examples():
         for command in example.setup:
             subprocess.run(["bash", "-c", command], cwd=checkout, check=True, timeout=30)
         command = example.command.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
@@ -154,28 +171,33 @@ def test_every_curl_example_answers_as_documented(readme_gateway: tuple[Path, in
             ok = status == str(example.expected)
             got = f"status {status}"
         if not ok:
-            failures.append(f"README.md:{example.line}: {example.command}\n    {got}")
+            failures.append(f"{_where(example.page, example.line)}: {example.command}\n    {got}")
     assert not failures, "\n".join(failures)
 
 
-def shown_answers(text: str) -> list[tuple[int, str, list[str]]]:
-    """``(line, last curl of the sh block, shown lines)`` for each answer the README shows."""
+def shown_answers(page: Path) -> list[tuple[str, str, list[str]]]:
+    """``(where, last curl of the sh block, shown lines)`` for each answer a page shows."""
+    text = page.read_text("utf-8")
     found = []
     pattern = r"^```sh\n(.*?)^```\n\n```\n(HTTP/1\.1 .*?)^```"
     for match in re.finditer(pattern, text, re.S | re.M):
         block = "\n".join(match.group(1).splitlines()).replace("\\\n", " ")
         curls = [line for line in block.splitlines() if line.startswith("curl ")]
         number = text.count("\n", 0, match.start(2)) + 1
-        found.append((number, _split_comment(curls[-1])[0], match.group(2).splitlines()))
+        found.append(
+            (_where(page, number), _split_comment(curls[-1])[0], match.group(2).splitlines())
+        )
     return found
 
 
-def test_answers_shown_in_the_readme_are_the_real_ones(readme_gateway: tuple[Path, int]) -> None:
+def test_answers_shown_in_the_documentation_are_the_real_ones(
+    readme_gateway: tuple[Path, int],
+) -> None:
     checkout, port = readme_gateway
-    shown = shown_answers(README.read_text("utf-8"))
+    shown = [answer for page in documentation_pages() for answer in shown_answers(page)]
     assert len(shown) >= 2
     failures = []
-    for number, curl, lines in shown:
+    for where, curl, lines in shown:
         base = f"127.0.0.1:{port}"
         command = curl.replace("127.0.0.1:8080", base) + " -s -o /dev/null -D -"
         real = subprocess.run(
@@ -186,5 +208,5 @@ def test_answers_shown_in_the_readme_are_the_real_ones(readme_gateway: tuple[Pat
             if line.startswith(" ") or "..." in line or line.rstrip().endswith(","):
                 continue
             if line not in real_lines:
-                failures.append(f"README.md:{number}: {curl}\n    shown: {line}")
+                failures.append(f"{where}: {curl}\n    shown: {line}")
     assert not failures, "\n".join(failures)

@@ -23,7 +23,7 @@ from gateway.jobs.model import ObjectType, Transition
 from gateway.store.actor_types import ACTOR_TYPES
 from tests.jobs.probe_plugin import ProbeActor
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "background-work.md"
 
 #: Every actor type the tests know: the built-in ones and the probe plugin's.
 ALL_ACTOR_TYPES: list[type[ActorType]] = [*ACTOR_TYPES.values(), ProbeActor]
