@@ -57,6 +57,7 @@ from urllib.parse import quote, unquote
 from gateway.clients import SharedClients
 from gateway.errors import ArchiveFileNotFound, UnsafeFilename
 from gateway.missing_dirs import ensure_directory
+from gateway.paths import absolute_path
 from gateway.registry import LazyRegistry
 
 if TYPE_CHECKING:
@@ -209,7 +210,8 @@ class PrefixResolverConfig:
     """``prefix``: a local directory or an ``http(s)://`` URL prefix.
 
     ``prefix`` is normalized to an absolute directory path ending in ``/``
-    (from a path or ``file://`` URL), or kept as written for a URL.
+    (from a path, relative ones by :mod:`gateway.paths`, or a ``file://`` URL),
+    or kept as written for a URL.
     ``follow_symlinks`` lets symlinks below a local prefix point outside it.
     """
 
@@ -221,12 +223,7 @@ class PrefixResolverConfig:
             if not self.prefix.split("://", 1)[1]:
                 raise ValueError(f"URL prefix {self.prefix!r} has no host")
             return
-        path = file_url_to_path(self.prefix)
-        if not os.path.isabs(path):
-            raise ValueError(
-                f"prefix {self.prefix!r}: expected an absolute directory path, "
-                "file:///dir/ or an http(s):// URL"
-            )
+        path = absolute_path(file_url_to_path(self.prefix))
         # Normalized form: an absolute directory path ending in "/".
         object.__setattr__(self, "prefix", path.rstrip("/") + "/")
 
@@ -238,8 +235,7 @@ class PrefixResolverConfig:
     def from_shorthand(cls, text: str) -> Self:
         """Parse ``[warc-prefix+]DIR | file://DIR | http(s)://URL-PREFIX``.
 
-        A relative directory is made absolute against the working directory
-        (config.py resolves paths against the YAML file first).
+        A relative directory is made absolute (:mod:`gateway.paths`).
 
         >>> PrefixResolverConfig.from_shorthand("warc-prefix+https://example.org/w/").prefix
         'https://example.org/w/'
@@ -261,7 +257,7 @@ class PrefixResolverConfig:
             raise ValueError(f"unsupported scheme in WARC prefix {text!r}; {expected}")
         if body.startswith("file:") and not body.startswith("file://"):
             raise ValueError(f"malformed file URL {text!r}; {expected}")
-        return cls(prefix=os.path.abspath(file_url_to_path(body)))
+        return cls(prefix=file_url_to_path(body))
 
 
 class PrefixResolver:
@@ -351,16 +347,15 @@ class PrefixResolver:
 class PathIndexResolverConfig:
     """``path_index``: an administrator's ``filename<TAB>location...`` file.
 
-    ``path`` is absolute; the file is re-read when it changes, checked at most
-    every ``check_interval_s`` seconds.
+    ``path`` is made absolute (:mod:`gateway.paths`); the file is re-read when
+    it changes, checked at most every ``check_interval_s`` seconds.
     """
 
     path: str
     check_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
-        if not os.path.isabs(self.path):
-            raise ValueError(f"path index {self.path!r}: expected an absolute path")
+        object.__setattr__(self, "path", absolute_path(self.path))
         if self.check_interval_s < 0:
             raise ValueError(f"check_interval_s {self.check_interval_s}: expected >= 0")
 
@@ -379,7 +374,7 @@ class PathIndexResolverConfig:
             _SCHEME.match(body) and not body.startswith("file://")
         ):
             raise ValueError(f"path index {text!r} must be a local file; {expected}")
-        return cls(path=os.path.abspath(file_url_to_path(body)))
+        return cls(path=file_url_to_path(body))
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from gateway.clients import SharedClients
 from gateway.errors import SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.missing_dirs import ensure_directory
+from gateway.paths import absolute_path
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdxj_scan import (
     CDX_HEADERS,
@@ -84,8 +85,8 @@ STAT_INTERVAL_S: Final = 1.0
 class FileSourceConfig:
     """A local CDXJ/CDX index file or a directory of them.
 
-    ``path`` is a filesystem path, relative to the current directory when not
-    absolute (pywb semantics); it is resolved when the source is built.
+    ``path`` is a filesystem path, made absolute when the config is loaded
+    (:mod:`gateway.paths`: relative to the working directory, as in pywb).
     ``stat_interval_s``: how often (seconds) a lookup checks with ``os.stat``
     whether the file, or the directory's listing and files, changed; a
     replaced, appended, added or removed index file is seen within that
@@ -98,6 +99,7 @@ class FileSourceConfig:
     def __post_init__(self) -> None:
         if not self.path:
             raise ValueError("empty index path; expected a CDXJ/CDX file or directory path")
+        object.__setattr__(self, "path", absolute_path(self.path))
         if not 0 <= self.stat_interval_s <= 3600:
             raise ValueError(
                 f"stat_interval_s {self.stat_interval_s!r}: expected 0 to 3600 seconds"
@@ -109,12 +111,12 @@ class FileSourceConfig:
 
         >>> FileSourceConfig.from_shorthand("file:///srv/indexes/iana.cdxj")
         FileSourceConfig(path='/srv/indexes/iana.cdxj', stat_interval_s=1.0)
-        >>> FileSourceConfig.from_shorthand("indexes/")
-        FileSourceConfig(path='indexes/', stat_interval_s=1.0)
+        >>> FileSourceConfig.from_shorthand("/srv/indexes/")
+        FileSourceConfig(path='/srv/indexes/', stat_interval_s=1.0)
 
         ``file://`` URLs must be absolute (``file:///abs/path`` or
         ``file://localhost/abs/path``) and are percent-decoded; plain paths are
-        taken as they are. Raises :class:`ValueError` otherwise.
+        made absolute (:mod:`gateway.paths`). Raises :class:`ValueError` otherwise.
         """
         if text.startswith("file://"):
             rest = text[len("file://") :]

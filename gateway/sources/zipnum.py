@@ -37,6 +37,7 @@ from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
+from gateway.paths import absolute_path
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdxj_scan import (
     CDX_HEADERS,
@@ -63,7 +64,8 @@ _MAX_SUMMARY_LINE: Final = 64 * 1024
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ZipNumSourceConfig:
     """A ZipNum summary ``path``; ``loc`` the location file (default: the
-    summary's name with ``.loc``); ``max_blocks`` adjacent blocks read at once."""
+    summary's name with ``.loc``); ``max_blocks`` adjacent blocks read at once.
+    Both paths are made absolute when the config is loaded (:mod:`gateway.paths`)."""
 
     path: str
     loc: str | None = None
@@ -74,6 +76,9 @@ class ZipNumSourceConfig:
             raise ValueError("empty ZipNum summary path; expected zipnum+/path/to/index.idx")
         if self.max_blocks < 1:
             raise ValueError(f"max_blocks {self.max_blocks}: expected at least 1")
+        object.__setattr__(self, "path", absolute_path(self.path))
+        if self.loc:
+            object.__setattr__(self, "loc", absolute_path(self.loc))
 
     @classmethod
     def from_shorthand(cls, text: str) -> Self:
@@ -81,8 +86,8 @@ class ZipNumSourceConfig:
 
         >>> ZipNumSourceConfig.from_shorthand("zipnum+file:///srv/cluster/index.idx")
         ZipNumSourceConfig(path='/srv/cluster/index.idx', loc=None, max_blocks=10)
-        >>> ZipNumSourceConfig.from_shorthand("cluster/all.summary").path
-        'cluster/all.summary'
+        >>> ZipNumSourceConfig.from_shorthand("/srv/cluster/all.summary").path
+        '/srv/cluster/all.summary'
 
         Raises :class:`ValueError` for a URL other than ``file://``.
         """

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypeVar
 
+from gateway.paths import absolute_path
 from gateway.storage.base import (
     Backend,
     Intake,
@@ -97,13 +98,15 @@ def _io() -> ThreadPoolExecutor:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LocalStorageConfig:
-    """``{type: local, path: DIR}``: an existing directory (relative to the working directory)."""
+    """``{type: local, path: DIR}``: an existing directory, made absolute when the
+    config is loaded (:mod:`gateway.paths`)."""
 
     path: str
 
     def __post_init__(self) -> None:
         if not self.path:
             raise SettingError("path", "empty; expected an existing directory such as /srv/backup")
+        object.__setattr__(self, "path", absolute_path(self.path))
 
 
 class _Handle:

@@ -85,6 +85,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
+from gateway.paths import absolute_path
 from gateway.store.errors import StoreError, StoreLocked
 
 __all__ = [
@@ -253,8 +254,9 @@ def layout_for(root: str) -> Layout:
     beside it. The message says how to keep using it.
     """
     layout = Layout(Path(root))
-    legacy = Layout(Path(LEGACY_DEFAULT_ROOT))
-    if root == DEFAULT_ROOT and not layout.root.exists() and legacy.db_path.is_file():
+    legacy = Layout(Path(absolute_path(LEGACY_DEFAULT_ROOT)))
+    default = absolute_path(root) == absolute_path(DEFAULT_ROOT)
+    if default and not layout.root.exists() and legacy.db_path.is_file():
         raise StoreError(
             f"no store at {DEFAULT_ROOT}, the default root, but {LEGACY_DEFAULT_ROOT} holds a "
             "store made by an earlier release (whose default root it was); to keep using it "

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, get_args
 
+from gateway.paths import absolute_path
 from gateway.storage.settings import RetentionPolicy, SettingError, StorageSpec, check_retention
 from gateway.store.layout import DEFAULT_ROOT
 
@@ -178,6 +179,7 @@ class StoreSettings:
     def __post_init__(self) -> None:
         if not self.root:
             raise ValueError(f"root: empty; expected a directory path such as {DEFAULT_ROOT}")
+        object.__setattr__(self, "root", absolute_path(self.root))
         if self.rollover_bytes < 1:
             raise ValueError(f"rollover_bytes: {self.rollover_bytes} is not a positive size")
         if self.dedup not in DEDUP_POLICIES:

@@ -76,10 +76,13 @@ def test_bad_prefix_shorthands(text: str) -> None:
         PrefixResolverConfig.from_shorthand(text)
 
 
-def test_prefix_config_normalizes_and_validates() -> None:
+def test_prefix_config_normalizes_and_validates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert PrefixResolverConfig(prefix="/data/warcs").prefix == "/data/warcs/"
-    with pytest.raises(ValueError, match="absolute"):
-        PrefixResolverConfig(prefix="relative/warcs")
+    # A relative prefix follows the one rule of gateway.paths, in the mapping form too.
+    monkeypatch.chdir(tmp_path)
+    assert PrefixResolverConfig(prefix="relative/warcs").prefix == f"{tmp_path}/relative/warcs/"
 
 
 def test_path_index_shorthands(tmp_path: Path) -> None:

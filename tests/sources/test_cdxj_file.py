@@ -49,7 +49,8 @@ def open_fds() -> int:
 
 def test_shorthand_takes_paths_and_absolute_file_urls() -> None:
     assert FileSourceConfig.from_shorthand("/srv/idx/iana.cdxj").path == "/srv/idx/iana.cdxj"
-    assert FileSourceConfig.from_shorthand("indexes/").path == "indexes/"
+    # A relative path is made absolute at load (gateway.paths), its trailing "/" kept.
+    assert FileSourceConfig.from_shorthand("indexes/").path == os.path.join(os.getcwd(), "indexes/")
     assert FileSourceConfig.from_shorthand("file:///srv/idx/").path == "/srv/idx/"
     assert FileSourceConfig.from_shorthand("file://localhost/srv/a.cdxj").path == "/srv/a.cdxj"
     assert FileSourceConfig.from_shorthand("file:///srv/my%20idx.cdxj").path == "/srv/my idx.cdxj"

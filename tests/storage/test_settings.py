@@ -3,6 +3,7 @@ parsed into typed settings, every mistake a ConfigError naming its YAML path."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def test_the_issue_example_parses() -> None:
     assert store.retention == RetentionPolicy(
         copies=2, archival_max_age_s=3600.0, batch_size=100, parallel_copies=4
     )
-    assert store.root == "./archive/store"
+    assert store.root == os.path.abspath("./archive/store")  # resolved at load (gateway.paths)
 
 
 def test_defaults_mean_no_replication() -> None:

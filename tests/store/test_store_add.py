@@ -260,7 +260,7 @@ async def test_store_add_with_the_defaults_leaves_the_users_collection_alone(
 
     # Serving: the default collection and a recording store over the same ./archive.
     config = load_config("collections.yaml")
-    assert config.store.root == DEFAULT_ROOT
+    assert config.store.root == str(tmp_path / "archive" / "store")  # resolved at load
     recording = parse_config(
         (tmp_path / "collections.yaml").read_text()
         + "  stored: $store\n  rec:\n    index: {type: live}\n    record: true\n"
