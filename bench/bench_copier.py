@@ -28,7 +28,7 @@ cache), copied in turn by:
   runs it: the director's pass made as ``replication_batch`` objects, a
   replication worker of the jobs machinery ticking them and copiers ticking
   their ``replication_copy`` objects
-  (:func:`gateway.store.replication.jobs.work_pass`). Every file goes from
+  (:func:`gateway.store.replication.passes.work_pass`). Every file goes from
   the primary to one storage: one copy object, its files copied one at a
   time.
 
@@ -63,16 +63,11 @@ from aiobotocore.session import get_session
 from bench.harness import machine, print_machine
 from gateway.storage.copier import copy_file
 from gateway.storage.local import LocalStorage, LocalStorageConfig
-from gateway.storage.s3 import S3Storage, S3StorageConfig
+from gateway.storage.s3 import S3Storage
+from gateway.storage.s3_config import S3StorageConfig
 from gateway.storage.settings import RetentionPolicy, StorageSpec
-from gateway.store.replication.jobs import (
-    BATCH,
-    COPY,
-    enqueue_pass,
-    open_jobs,
-    report_of,
-    work_pass,
-)
+from gateway.store.object_types import BATCH, COPY
+from gateway.store.replication.passes import enqueue_pass, open_jobs, report_of, work_pass
 from gateway.store.replication.replicas import Replicas
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store

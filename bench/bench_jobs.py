@@ -51,19 +51,12 @@ from typing import Any, Final
 
 from bench.harness import REPO_ROOT, Server, machine, markdown_table, print_machine, wait_quiet
 from gateway.jobs.actors import ActorType, JobContext
-from gateway.jobs.db import (
-    JobObject,
-    JobsDB,
-    connect,
-    create_schema,
-    utcnow,
-    write_claim,
-    write_objects,
-    write_transition,
-)
+from gateway.jobs.db import JobObject, utcnow, write_claim, write_objects, write_transition
 from gateway.jobs.hooks import Hooks, hookimpl
+from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.model import ObjectType
 from gateway.jobs.orchestrator import Orchestrator
+from gateway.jobs.schema import connect, create_schema
 from gateway.jobs.settings import JobsSettings
 
 NOOP: Final = ObjectType(

@@ -2,7 +2,7 @@
 
     python -m bench.bench_s3_clients [--repeat 3] [--reads 400] [--upload-mib 256]
 
-Chooses the library behind ``gateway/storage/s3.py`` (issue 13 §1):
+Chooses the library behind ``gateway/storage/s3_client.py`` (issue 13 §1):
 aiobotocore (botocore's request model on aiohttp) or obstore (Python
 bindings of the Rust ``object_store`` crate). One ``weed server -s3`` on
 127.0.0.1 (``tests/storage/seaweedfs.py``, data in a temporary directory)

@@ -13,7 +13,7 @@ concurrent writers each try to create the key with other bytes and
 
 It prints, per request kind, how many writers succeeded in each trial and
 whether the key ended up holding one of the winners' bytes. Create-only
-means exactly one success per trial. This is what ``gateway/storage/s3.py``
+means exactly one success per trial. This is what ``gateway/storage/s3_upload.py``
 relies on (``PutObject``, ``CopyObject``) and avoids
 (``CompleteMultipartUpload`` under the final name); the README's *Storages*
 section gives the figures measured here. It measures behaviour, not speed.

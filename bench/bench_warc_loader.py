@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gateway.cdx.cdxj import CdxRecord
 from gateway.clients import SharedClients
-from gateway.loaders import warc_reader
+from gateway.loaders import warc_inflate
 from gateway.loaders.base import LoadContext
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 
@@ -61,7 +61,7 @@ async def main() -> None:
     config = WarcLoaderConfig(resolvers=base.resolvers, inline_read_max_bytes=args.inline_max)
     clients = SharedClients()
     loader = WarcLoader(config, clients=clients)
-    print(f"inflater: {warc_reader._ZLIB.__name__}, inline_read_max_bytes={args.inline_max}")
+    print(f"inflater: {warc_inflate._ZLIB.__name__}, inline_read_max_bytes={args.inline_max}")
     for name, capture in captures.items():
         ctx = LoadContext(request_url=capture.url, find_original=find_original)
         loads = args.loads if name in ("6KB", "revisit") else max(1, args.loads // 4)

@@ -1,9 +1,8 @@
 """The collection schema: collections.yaml -> frozen, typed config objects.
 
-This module reads the config's YAML (``yaml.safe_load``, a duplicate key
-refused: :mod:`gateway.yaml_load`; a fuzzy rules file
-named by ``fuzzy:`` is read by :mod:`gateway.index.fuzzy`). It follows pywb's
-distributed archive config::
+This module reads the config's YAML (:mod:`gateway.yaml_load`; a ``fuzzy:``
+rules file is read by :mod:`gateway.index.fuzzy`), as pywb's distributed
+archive config::
 
     collections:
       web: ./archive/indexes/                # shorthand: an index source
@@ -27,19 +26,19 @@ A source spec is a shorthand string (selected by prefix: ``file://``,
 ``redis://``, ``memento+``, ``cdx+``, ``$live``; a plain path is a file or
 directory index) or a mapping with ``type:`` and that type's fields. Unknown
 keys and wrong types are errors; every :class:`~gateway.errors.ConfigError`
-names the YAML path, e.g. ``collections.web.sequence[1].index: ...``.
+names the YAML path, e.g. ``collections.web.sequence[1].index: ...``. Paths
+are made absolute by their config objects, at load (:mod:`gateway.paths`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import yaml
 
@@ -59,7 +58,7 @@ from gateway.storage.settings import (
     check_retention,
 )
 from gateway.store.settings import DedupPolicy, PublishSettings, StoreSettings, check_publish
-from gateway.yaml_load import safe_load
+from gateway.yaml_load import coerce, mapping, reject_unknown, safe_load
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -200,9 +199,9 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
         raise ConfigError(source_file, f"not valid YAML{where}: {exc}") from exc
     if data is None:
         data = {}
-    root = _mapping(data, "(top level)")
-    _reject_unknown(root, {"collections", "client", "memento", "store", "jobs"}, "(top level)")
-    collections_data = _mapping(root.get("collections") or {}, "collections")
+    root = mapping(data, "(top level)")
+    reject_unknown(root, {"collections", "client", "memento", "store", "jobs"}, "(top level)")
+    collections_data = mapping(root.get("collections") or {}, "collections")
     collections: dict[str, CollectionConfig] = {}
     for name, value in collections_data.items():
         path = f"collections.{name}"
@@ -254,13 +253,13 @@ def _collection(name: str, value: object, path: str) -> CollectionConfig:
             path=path,
         )
         return CollectionConfig(name=name, steps=(step,), is_sequence=False)
-    data = dict(_mapping(value, path))
+    data = dict(mapping(value, path))
     fuzzy = _fuzzy(data.pop("fuzzy", True), f"{path}.fuzzy")
     dedup = data.pop("dedup", None)
     if dedup is not None and dedup not in _DEDUP_POLICIES:
         raise ConfigError(f"{path}.dedup", f"{dedup!r} is not one of {', '.join(_DEDUP_POLICIES)}")
     if "sequence" in data:
-        _reject_unknown(data, {"sequence"}, path)
+        reject_unknown(data, {"sequence"}, path)
         steps_data = data["sequence"]
         if not isinstance(steps_data, list) or not steps_data:
             raise ConfigError(f"{path}.sequence", "expected a non-empty list of steps")
@@ -268,7 +267,7 @@ def _collection(name: str, value: object, path: str) -> CollectionConfig:
         names: set[str] = set()
         for i, step_data in enumerate(steps_data):
             step_path = f"{path}.sequence[{i}]"
-            step_map = _mapping(step_data, step_path)
+            step_map = mapping(step_data, step_path)
             step_name = step_map.get("name", f"step{i + 1}")
             if not isinstance(step_name, str) or not _NAME.fullmatch(step_name):
                 raise ConfigError(f"{step_path}.name", f"invalid step name {step_name!r}")
@@ -300,7 +299,7 @@ def _fuzzy(value: object, path: str) -> FuzzyRules | None:
 
 
 def _step(name: str, data: Mapping[str, object], path: str) -> StepConfig:
-    _reject_unknown(data, _STEP_KEYS, path)
+    reject_unknown(data, _STEP_KEYS, path)
     has_index, has_group = "index" in data, "index_group" in data
     if has_index == has_group:
         raise ConfigError(path, "expected exactly one of 'index' or 'index_group'")
@@ -310,7 +309,7 @@ def _step(name: str, data: Mapping[str, object], path: str) -> StepConfig:
         )
     else:
         group_path = f"{path}.index_group"
-        group = _mapping(data["index_group"], group_path)
+        group = mapping(data["index_group"], group_path)
         if not group:
             raise ConfigError(group_path, "expected at least one member")
         for member in group:
@@ -408,7 +407,7 @@ def _source(value: object, path: str) -> SourceSpec:
         except ValueError as exc:
             raise ConfigError(path, str(exc)) from exc
         return SourceSpec(type=kind, config=config, path=path)
-    data = _mapping(value, path, expected=f"a source: {_expected_sources()}")
+    data = mapping(value, path, expected=f"a source: {_expected_sources()}")
     type_name = data.get("type")
     if not isinstance(type_name, str) or type_name not in SOURCE_TYPES:
         raise ConfigError(
@@ -437,7 +436,7 @@ def _resolvers(value: object, path: str) -> tuple[ResolverSpec, ...]:
             except ValueError as exc:
                 raise ConfigError(item_path, str(exc)) from exc
         else:
-            data = _mapping(item, item_path, expected="a resource path, URL prefix or mapping")
+            data = mapping(item, item_path, expected="a resource path, URL prefix or mapping")
             kind = data.get("type")  # type: ignore[assignment]
             if kind not in RESOLVER_TYPES:
                 raise ConfigError(
@@ -459,7 +458,7 @@ _CREDENTIAL_KEYS: Final = frozenset(
 
 def _store(value: object, path: str) -> StoreSettings:
     """``store:``, with ``storages`` and ``retention`` (gateway/storage/settings.py)."""
-    data = dict(_mapping(value, path))
+    data = dict(mapping(value, path))
     storages = _storages(data.pop("storages", None) or {}, f"{path}.storages")
     retention = _dataclass(RetentionPolicy, data.pop("retention", None) or {}, f"{path}.retention")
     try:
@@ -485,7 +484,7 @@ def _store(value: object, path: str) -> StoreSettings:
 def _storages(value: object, path: str) -> dict[str, StorageSpec]:
     expected = f"a mapping of storage names to {{type: {' | '.join(STORAGE_TYPES)}, ...}}"
     specs: dict[str, StorageSpec] = {}
-    for name, item in _mapping(value, path, expected=expected).items():
+    for name, item in mapping(value, path, expected=expected).items():
         item_path = f"{path}.{name}"
         if name == PRIMARY or not STORAGE_NAME.fullmatch(name):
             raise ConfigError(
@@ -493,7 +492,7 @@ def _storages(value: object, path: str) -> dict[str, StorageSpec]:
                 f"invalid storage name {name!r}; expected 1-64 letters, digits, '_', '.', '-' "
                 f"(not {PRIMARY!r}: the store's own copy goes by that name)",
             )
-        data = _mapping(item, item_path, expected="a storage mapping with type:")
+        data = mapping(item, item_path, expected="a storage mapping with type:")
         kind = data.get("type")
         if not isinstance(kind, str) or kind not in STORAGE_TYPES:
             raise ConfigError(
@@ -514,88 +513,28 @@ def _storages(value: object, path: str) -> dict[str, StorageSpec]:
 
 
 # --------------------------------------------------------------------------- generic
-def _mapping(value: object, path: str, expected: str = "a mapping") -> dict[str, object]:
-    if not isinstance(value, dict):
-        raise ConfigError(path, f"expected {expected}, got {type(value).__name__} {value!r}")
-    for key in value:
-        if not isinstance(key, str):
-            raise ConfigError(f"{path}.{key}", "keys must be strings")
-    return value
-
-
-def _reject_unknown(
-    data: Mapping[str, object], allowed: set[str] | frozenset[str], path: str
-) -> None:
-    for key in data:
-        if key not in allowed:
-            raise ConfigError(
-                f"{path}.{key}", f"unknown key; expected one of {', '.join(sorted(allowed))}"
-            )
-
-
 _T = typing.TypeVar("_T")
 
 
 def _dataclass(cls: type[_T], data: object, path: str) -> _T:
     """Build a config dataclass from a mapping, checking keys and field types."""
-    mapping = _mapping(data, path)
+    given = mapping(data, path)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    _reject_unknown(mapping, set(fields), path)
+    reject_unknown(given, set(fields), path)
     hints = typing.get_type_hints(cls)
     values: dict[str, object] = {}
     for name, field in fields.items():
-        if name not in mapping:
+        if name not in given:
             if (
                 field.default is dataclasses.MISSING
                 and field.default_factory is dataclasses.MISSING
             ):
                 raise ConfigError(f"{path}.{name}", "missing required key")
             continue
-        values[name] = _coerce(mapping[name], hints[name], f"{path}.{name}")
+        values[name] = coerce(given[name], hints[name], f"{path}.{name}")
     try:
         return cls(**values)
     except SettingError as exc:  # names its field: point the path at it
         raise ConfigError(f"{path}.{exc.field}", exc.problem) from exc
     except ValueError as exc:
         raise ConfigError(path, str(exc)) from exc
-
-
-def _coerce(value: object, hint: object, path: str) -> object:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, path)
-            except ConfigError as exc:
-                errors.append(exc.problem)
-        raise ConfigError(path, " or ".join(errors))
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(path, f"{value!r} is not one of {', '.join(map(str, args))}")
-        return value
-    if origin is tuple:
-        items = value if isinstance(value, list) else [value]
-        return tuple(_coerce(item, args[0], f"{path}[{i}]") for i, item in enumerate(items))
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(path, f"expected true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(path, f"expected an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(path, f"expected a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(path, f"expected a string, got {value!r}")
-        return value
-    raise ConfigError(path, f"unsupported field type {hint!r}")  # pragma: no cover

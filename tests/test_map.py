@@ -1,4 +1,4 @@
-"""The map holds: no import cycle among the gateway's modules.
+"""The map holds: no import cycle among the gateway's modules, and no module past 600 lines.
 
 The layers themselves are the import-linter contracts in ``pyproject.toml``
 (``lint-imports`` runs in ``scripts/test``). A cycle is looked for in grimp's
@@ -9,7 +9,13 @@ import time; they are left out.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grimp
+
+from tests.conftest import REPO_ROOT
+
+MAX_MODULE_LINES = 600
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -76,3 +82,12 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph.add_import(importer="b", imported="a")
     graph.add_import(importer="b", imported="c")
     assert _cycles(graph) == [["a", "b"]]
+
+
+def test_no_module_of_the_gateway_passes_600_lines() -> None:
+    sizes = {
+        str(path.relative_to(REPO_ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in Path(REPO_ROOT, "gateway").rglob("*.py")
+    }
+    assert len(sizes) > 100
+    assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}

@@ -287,22 +287,8 @@ def _status_op(
     return operation
 
 
-def _paths() -> dict[str, dict[str, Any]]:
-    postreq_resource = _postreq(
-        "Post-request API: a wrapped request, its record", "GET /{coll}/resource", "Resource API"
-    )
-    postreq_index = _postreq(
-        "Post-request API: a wrapped request, its index lines", "GET /{coll}/index", "Index API"
-    )
-    modes = _op(
-        "A collection route's modes (pywb warcserver)",
-        '`{modes: ["list_sources", "index", "resource"]}`, as pywb answers a collection '
-        "route without a mode.",
-        list(_COLL),
-        {"description": "the modes", "content": _JSON_OBJECT},
-        (404,),
-        tag="Collections",
-    )
+def _service_paths() -> dict[str, dict[str, Any]]:
+    """The collections' list and the probes: ``/``, ``/_status``, ``/_health``, ``/_ready``."""
     return {
         "/": {
             "get": _status_op(
@@ -337,6 +323,12 @@ def _paths() -> dict[str, dict[str, Any]]:
                 {"503": {"description": "not ready", "content": _JSON_OBJECT}},
             )
         },
+    }
+
+
+def _report_paths() -> dict[str, dict[str, Any]]:
+    """The reports: ``/_jobs``, ``/metrics`` and ``/openapi.json``."""
+    return {
         "/_jobs": {
             "get": _status_op(
                 "Background jobs",
@@ -365,6 +357,21 @@ def _paths() -> dict[str, dict[str, Any]]:
                 {"description": "OpenAPI 3.1", "content": _JSON_OBJECT},
             )
         },
+    }
+
+
+def _collection_paths() -> dict[str, dict[str, Any]]:
+    """A collection's page, its modes (pywb warcserver's bare routes) and its sources."""
+    modes = _op(
+        "A collection route's modes (pywb warcserver)",
+        '`{modes: ["list_sources", "index", "resource"]}`, as pywb answers a collection '
+        "route without a mode.",
+        list(_COLL),
+        {"description": "the modes", "content": _JSON_OBJECT},
+        (404,),
+        tag="Collections",
+    )
+    return {
         "/{coll}/": {
             "get": _op(
                 "A collection's page (HTML)",
@@ -395,6 +402,18 @@ def _paths() -> dict[str, dict[str, Any]]:
                 tag="Collections",
             )
         },
+    }
+
+
+def _lookup_paths() -> dict[str, dict[str, Any]]:
+    """The lookups: index, IA cdx, resource, and the post-request routes of both APIs."""
+    postreq_resource = _postreq(
+        "Post-request API: a wrapped request, its record", "GET /{coll}/resource", "Resource API"
+    )
+    postreq_index = _postreq(
+        "Post-request API: a wrapped request, its index lines", "GET /{coll}/index", "Index API"
+    )
+    return {
         "/{coll}/index": {"get": _index_get(), "post": _direct_post("the Index API", "Index API")},
         "/{coll}/cdx": {
             "get": _op(
@@ -415,6 +434,12 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/{coll}/resource-post": {"post": postreq_resource},
         "/{coll}/index/postreq": {"post": postreq_index},
         "/{coll}/postreq/index": {"post": postreq_index},
+    }
+
+
+def _memento_paths() -> dict[str, dict[str, Any]]:
+    """Memento (RFC 7089): TimeGates, TimeMaps and raw mementos."""
+    return {
         "/{coll}/timegate/{url}": {
             "get": _op(
                 "Memento TimeGate (RFC 7089 pattern 2.1)",
@@ -467,6 +492,17 @@ def _paths() -> dict[str, dict[str, Any]]:
                 tag="Memento",
             )
         },
+    }
+
+
+def _paths() -> dict[str, dict[str, Any]]:
+    """Every path item, in the order of the document, composed from the route families."""
+    return {
+        **_service_paths(),
+        **_report_paths(),
+        **_collection_paths(),
+        **_lookup_paths(),
+        **_memento_paths(),
     }
 
 

@@ -379,6 +379,40 @@ def parse_query(params: Mapping[str, Sequence[str]], *, url: str | None = None) 
     ``MultiDict.getall``). ``url`` overrides the ``url`` parameter (post-request
     routes). Raises :class:`BadRequest` naming the parameter on any problem.
     """
+    url, match_type, key, end_key = _url_range(params, url)
+    closest = _closest(params)
+    from_ts, to_ts = _from_to(params)
+    limit = _limit(params)
+    sort = _sort(params, closest)
+    filters = _filters(params)
+    fields = _fields(params)
+    output = _output(params)
+    sources, exclude = _sources(params)
+    return CaptureQuery(
+        url=url,
+        match_type=match_type,
+        key=key,
+        end_key=end_key,
+        closest=closest,
+        from_ts=from_ts,
+        to_ts=to_ts,
+        limit=limit,
+        sort=sort,
+        filters=filters,
+        fields=fields,
+        output=output,
+        sources=sources,
+        exclude_sources=exclude,
+        allow_fuzzy=_flag(params, "allowFuzzy", default=True),
+        resolve_revisits=_flag(params, "resolveRevisits", default=False),
+        collapse_time=_collapse_time(params),
+    )
+
+
+def _url_range(
+    params: Mapping[str, Sequence[str]], url: str | None
+) -> tuple[str, MatchType, str, str]:
+    """``url`` and ``matchType`` (wildcards resolved) and the key range they span."""
     if url is None:
         url = _one(params, "url")
     if not url:
@@ -401,7 +435,11 @@ def parse_query(params: Mapping[str, Sequence[str]], *, url: str | None = None) 
         key, end_key = key_range(url, match_type)
     except ValueError as exc:
         raise BadRequest("url", str(exc)) from exc
+    return url, match_type, key, end_key
 
+
+def _closest(params: Mapping[str, Sequence[str]]) -> str | None:
+    """``closest``: ``now`` or 1 to 14 digits, as a 14-digit timestamp."""
     closest = _one(params, "closest")
     if closest == "now":
         closest = now_timestamp()
@@ -411,21 +449,33 @@ def parse_query(params: Mapping[str, Sequence[str]], *, url: str | None = None) 
                 "closest", f"{_shown(closest)} is not a timestamp; expected 1 to 14 digits or 'now'"
             )
         closest = closest_timestamp(closest)
+    return closest
 
+
+def _from_to(params: Mapping[str, Sequence[str]]) -> tuple[str | None, str | None]:
+    """``from`` padded down and ``to`` padded up to 14 digits."""
     from_ts = _timestamp(params, "from")
     to_ts = _timestamp(params, "to")
     if from_ts:
         from_ts = pad_timestamp(from_ts, up=False)
     if to_ts:
         to_ts = pad_timestamp(to_ts, up=True)
+    return from_ts, to_ts
 
+
+def _limit(params: Mapping[str, Sequence[str]]) -> int:
+    """``limit``: 0 or more, :data:`DEFAULT_LIMIT` when absent."""
     limit = DEFAULT_LIMIT
     limit_text = _one(params, "limit")
     if limit_text is not None:
         limit = parse_int("limit", limit_text)
         if limit < 0:
             raise BadRequest("limit", f"{limit} is negative; expected 0 or more")
+    return limit
 
+
+def _sort(params: Mapping[str, Sequence[str]], closest: str | None) -> Sort:
+    """``sort`` (and pywb's ``reverse``): closest when ``closest`` is given."""
     sort_text = _one(params, "sort")
     reverse = (_one(params, "reverse") or "").lower() in ("1", "true")
     sort: Sort
@@ -439,45 +489,40 @@ def parse_query(params: Mapping[str, Sequence[str]], *, url: str | None = None) 
         raise BadRequest("sort", "sort=closest needs a closest= timestamp")
     else:
         raise BadRequest("sort", f"{sort_text!r} is not one of closest, reverse")
+    return sort
 
+
+def _filters(params: Mapping[str, Sequence[str]]) -> tuple[CdxFilter, ...]:
+    """The non-empty ``filter`` values, parsed (their number checked first)."""
     filter_texts = [text for text in params.get("filter", ()) if text]
     check_filter_count(len(filter_texts))
-    filters = tuple(CdxFilter.parse(text) for text in filter_texts)
+    return tuple(CdxFilter.parse(text) for text in filter_texts)
 
+
+def _fields(params: Mapping[str, Sequence[str]]) -> tuple[str, ...] | None:
+    """``fields`` (else ``fl``): the output fields, None for all."""
     fl = _one(params, "fields") or _one(params, "fl")
-    fields = tuple(name.strip() for name in fl.split(",") if name.strip()) if fl else None
+    return tuple(name.strip() for name in fl.split(",") if name.strip()) if fl else None
 
+
+def _output(params: Mapping[str, Sequence[str]]) -> Output:
+    """``output``: one of :data:`OUTPUTS`, cdxj when absent."""
     output_text = _one(params, "output") or "cdxj"
     if output_text not in OUTPUTS:
         raise BadRequest("output", f"{output_text!r} is not one of {', '.join(OUTPUTS)}")
     output: Output = output_text
+    return output
 
+
+def _sources(params: Mapping[str, Sequence[str]]) -> tuple[tuple[str, ...], bool]:
+    """``sources``: the members named and whether they are excluded (``!a,b``)."""
     sources: tuple[str, ...] = ()
     exclude = False
     sources_text = _one(params, "sources")
     if sources_text and sources_text != "*":
         exclude = sources_text.startswith("!")
         sources = tuple(s for s in sources_text.lstrip("!").split(",") if s)
-
-    return CaptureQuery(
-        url=url,
-        match_type=match_type,
-        key=key,
-        end_key=end_key,
-        closest=closest,
-        from_ts=from_ts,
-        to_ts=to_ts,
-        limit=limit,
-        sort=sort,
-        filters=filters,
-        fields=fields,
-        output=output,
-        sources=sources,
-        exclude_sources=exclude,
-        allow_fuzzy=_flag(params, "allowFuzzy", default=True),
-        resolve_revisits=_flag(params, "resolveRevisits", default=False),
-        collapse_time=_collapse_time(params),
-    )
+    return sources, exclude
 
 
 def _collapse_time(params: Mapping[str, Sequence[str]]) -> int | None:

@@ -12,7 +12,9 @@ again, so every tick is idempotent.
 Modules, one concept each:
 
 - :mod:`~gateway.jobs.model`         ``ObjectType``: states and transitions, declared as data
-- :mod:`~gateway.jobs.db`            schema, ``read_*`` and ``write_*`` functions, ``JobsDB``
+- :mod:`~gateway.jobs.schema`        the tables (``create_schema``) and ``connect``
+- :mod:`~gateway.jobs.db`            ``JobObject``, ``read_*`` and ``write_*`` functions, times
+- :mod:`~gateway.jobs.jobs_db`       ``JobsDB``: one connection on one thread, for the event loop
 - :mod:`~gateway.jobs.actors`        ``ActorType``: claims, ticks, time limits, backoff
 - :mod:`~gateway.jobs.orchestrator`  ``Orchestrator``: spawns actors, orphans, idle; ``HostLock``
 - :mod:`~gateway.jobs.hooks`         pluggy hookspecs and plugin loading
@@ -34,7 +36,7 @@ Adding an actor type takes three things:
 3. one line in :data:`gateway.store.actor_types.ACTOR_TYPES` (or, outside this
    package, a plugin's ``get_actor_types`` hook).
 
-Its table is created with the others (:func:`gateway.jobs.db.create_schema`),
+Its table is created with the others (:func:`gateway.jobs.schema.create_schema`),
 its hooks are declared, ``gateway jobs`` reports it, and the tests that walk
 every declared transition and draw every diagram pick it up.
 """

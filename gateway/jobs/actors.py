@@ -21,9 +21,10 @@ the actor stops before ticking it), ticks it under
 failure (an exception, an overrun, a tick that made no transition) keeps
 the attempt count and the error on the object and makes it due again after
 an exponential backoff (``backoff_base_s * 2**(attempts - 1)``, at most
-``backoff_max_s``); after ``max_attempts`` failures in a row the object
-moves to ``give_up_state`` instead, when the type has one. The actor exits
-when its queue is empty, or when asked to stop (after the tick in hand).
+``backoff_max_s``: :func:`gateway.backoff.backoff_s`); after ``max_attempts``
+failures in a row the object moves to ``give_up_state`` instead, when the
+type has one. The actor exits when its queue is empty, or when asked to
+stop (after the tick in hand).
 
 A process that dies mid-tick leaves its object leased; the lease expires
 at ``retry_at`` and another actor claims it again. Ticks must therefore be
@@ -42,9 +43,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Final, Generic, TypeVar
 
+from gateway.backoff import backoff_s
 from gateway.jobs.db import (
     JobObject,
-    JobsDB,
     Value,
     utcnow,
     write_claim,
@@ -54,6 +55,7 @@ from gateway.jobs.db import (
     write_wake,
 )
 from gateway.jobs.hooks import Hooks
+from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.model import ObjectType, Transition
 from gateway.jobs.settings import JobsSettings
 
@@ -63,7 +65,6 @@ __all__ = [
     "TickError",
     "TickTimeout",
     "WorkCancelled",
-    "backoff_s",
     "in_thread",
     "object_types_of",
 ]
@@ -128,15 +129,6 @@ class JobContext(Generic[AppT]):
     settings: JobsSettings
     owner: str
     app: AppT
-
-
-def backoff_s(attempts: int, base_s: float, max_s: float) -> float:
-    """Seconds to wait after the ``attempts``-th failure in a row.
-
-    >>> [backoff_s(n, 1.0, 60.0) for n in (1, 2, 3, 7, 8)]
-    [1.0, 2.0, 4.0, 60.0, 60.0]
-    """
-    return min(max_s, base_s * 2.0 ** min(max(attempts - 1, 0), 62))
 
 
 class ActorType:

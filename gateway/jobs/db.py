@@ -1,4 +1,4 @@
-"""Objects in SQLite: the schema, reads, and the compare-and-swap writes.
+"""Objects in SQLite: the object as read, the reads, and the compare-and-swap writes.
 
 The spec's kinds of function, kept apart (ArchiveBox "States & Lifecycles",
 G. Read and H. Write):
@@ -10,8 +10,10 @@ G. Read and H. Write):
   = ?``) that report whether they won.
 
 Every function here is blocking and takes a connection made by
-:func:`connect`; :class:`JobsDB` runs them on one thread of their own, off
-the event loop. Several processes share one database: SQLite serializes
+:func:`~gateway.jobs.schema.connect` (the tables are
+:func:`~gateway.jobs.schema.create_schema`'s);
+:class:`~gateway.jobs.jobs_db.JobsDB` runs them on one thread of their own,
+off the event loop. Several processes share one database: SQLite serializes
 writers, every write is one short statement (or a ``BEGIN IMMEDIATE``
 transaction, never a read upgraded to a write, which SQLite answers with
 ``database is locked`` without waiting), and ``busy_timeout`` makes a writer
@@ -28,26 +30,19 @@ fixed width, so they order as text does, and a compare-and-swap on
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, Concatenate, Final, ParamSpec, TypeVar
+from typing import Any
 
 from gateway.jobs.model import COMMON_COLUMNS, ObjectType, Transition
 
 __all__ = [
-    "BUSY_TIMEOUT_MS",
     "JobObject",
-    "JobsDB",
     "Value",
-    "connect",
-    "create_schema",
     "format_time",
     "parse_time",
     "read_counts",
@@ -66,16 +61,8 @@ __all__ = [
     "write_wake",
 ]
 
-#: How long a writer waits for another process's commit before SQLite gives
-#: up with ``database is locked``. Every write here is one short statement,
-#: so reaching it means a stuck process, not contention.
-BUSY_TIMEOUT_MS: Final = 60_000
-
 #: A column value: what SQLite stores and gives back.
 Value = str | int | float | None
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
 
 
 # ---------------------------------------------------------------------------- time
@@ -155,96 +142,6 @@ class JobObject:
             owner,
             own,
         )
-
-
-# -------------------------------------------------------------------------- schema
-def connect(path: Path, *, read_only: bool = False) -> sqlite3.Connection:
-    """A connection for this module's functions (autocommit, WAL, ``busy_timeout``).
-
-    ``synchronous = NORMAL``: in WAL mode a commit survives a crash of the
-    process; a power loss may undo the last ones, which only makes their
-    objects due again (every tick is idempotent). ``read_only`` opens with
-    ``mode=ro`` (``gateway jobs``); it raises :class:`sqlite3.OperationalError`
-    when the database does not exist.
-    """
-    if read_only:
-        conn = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False
-        )
-    else:
-        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    if not read_only:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-    return conn
-
-
-_REGISTRY_TABLE: Final = """
-CREATE TABLE IF NOT EXISTS jobs_object_types (
-    name TEXT PRIMARY KEY,
-    table_name TEXT NOT NULL,
-    states TEXT NOT NULL,
-    final TEXT NOT NULL
-)"""
-
-
-def _table_sql(object_type: ObjectType) -> list[str]:
-    table = object_type.table
-    columns = ",\n    ".join(f"{c} {decl}" for c, decl in (*COMMON_COLUMNS, *object_type.columns))
-    statements = [
-        f"CREATE TABLE IF NOT EXISTS {table} (\n    {columns}\n)",
-        # The queue: due objects, oldest retry_at first.
-        f"CREATE INDEX IF NOT EXISTS {table}_due ON {table}(retry_at) WHERE retry_at IS NOT NULL",
-        f"CREATE INDEX IF NOT EXISTS {table}_status ON {table}(status)",
-        f"CREATE INDEX IF NOT EXISTS {table}_errors ON {table}(last_error_at)"
-        " WHERE last_error_at IS NOT NULL",
-    ]
-    for kind, keys in (("UNIQUE INDEX", object_type.unique), ("INDEX", object_type.indexes)):
-        for columns_ in keys:
-            statements.append(
-                f"CREATE {kind} IF NOT EXISTS {table}_{'_'.join(columns_)}"
-                f" ON {table}({', '.join(columns_)})"
-            )
-    return statements
-
-
-def create_schema(conn: sqlite3.Connection, object_types: Iterable[ObjectType]) -> None:
-    """Create the tables of ``object_types`` if missing.
-
-    One ``BEGIN IMMEDIATE`` transaction; idempotent, safe to run from several
-    processes at once. Each type is also recorded in ``jobs_object_types``,
-    so that an orchestrator can tell objects of a type it has no actor for
-    (a plugin no longer configured) and warn about them. The engine knows
-    no object type of its own: the application hands its declarations in
-    (the store's are :data:`gateway.store.object_types.OBJECT_TYPES`).
-    """
-    types = list(object_types)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(_REGISTRY_TABLE)
-        for object_type in types:
-            for statement in _table_sql(object_type):
-                conn.execute(statement)
-            # An upsert that writes nothing when the row is already right: opening
-            # a database must not change it (``store add`` of a refused file).
-            conn.execute(
-                "INSERT INTO jobs_object_types (name, table_name, states, final)"
-                " VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
-                " table_name = excluded.table_name, states = excluded.states,"
-                " final = excluded.final WHERE (table_name, states, final)"
-                " IS NOT (excluded.table_name, excluded.states, excluded.final)",
-                (
-                    object_type.name,
-                    object_type.table,
-                    json.dumps(object_type.states),
-                    json.dumps(object_type.final),
-                ),
-            )
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 # --------------------------------------------------------------------------- reads
@@ -553,72 +450,3 @@ def write_wake(
         (moment, *wanted, moment),
     )
     return cursor.rowcount
-
-
-# ------------------------------------------------------------------------- runtime
-class JobsDB:
-    """One connection and the one thread that uses it, for the event loop.
-
-    ``await db.call(read_queue_length, object_type, states, now)`` runs
-    ``read_queue_length(conn, ...)`` on the connection's thread. Calls run
-    one at a time in the order they were made; a caller cancelled while
-    waiting does not stop a write already started (its outcome is read
-    back by the next compare-and-swap).
-    """
-
-    def __init__(self, path: Path, object_types: Iterable[ObjectType]) -> None:
-        self.path = path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobs-db")
-        self._conn: sqlite3.Connection | None = None
-        self._types = list(object_types)
-
-    async def open(self) -> None:
-        """Connect and create the schema of the object types (idempotent)."""
-        await self._run(self._open)
-
-    def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = connect(self.path)
-        try:
-            create_schema(conn, self._types)
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-
-    async def call(
-        self,
-        fn: Callable[Concatenate[sqlite3.Connection, _P], _T],
-        *args: _P.args,
-        **kwargs: _P.kwargs,
-    ) -> _T:
-        """``fn(conn, *args, **kwargs)`` on the database thread."""
-        return await self.submit(fn, *args, **kwargs)
-
-    def submit(
-        self,
-        fn: Callable[Concatenate[sqlite3.Connection, _P], _T],
-        *args: _P.args,
-        **kwargs: _P.kwargs,
-    ) -> asyncio.Future[_T]:
-        """Like :meth:`call`, but return the future at once (it runs whatever the caller does)."""
-
-        def run() -> _T:
-            if self._conn is None:
-                raise RuntimeError(f"the jobs database {self.path} is not open")
-            return fn(self._conn, *args, **kwargs)
-
-        return asyncio.get_running_loop().run_in_executor(self._executor, run)
-
-    async def _run(self, fn: Callable[[], _T]) -> _T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
-    async def close(self) -> None:
-        """Close the connection after the calls already made."""
-        await self._run(self._close)
-        self._executor.shutdown(wait=True)
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            conn.close()

@@ -9,7 +9,7 @@ stays as history (the machinery never deletes objects).
 Each type is declared once, as an :class:`ObjectType` literal: its states,
 the initial one, the final ones, the allowed transitions ``(from, to)`` and
 its own columns. Everything else is derived from that declaration: the
-table (:func:`gateway.jobs.db.create_schema`), which writes are allowed
+table (:func:`gateway.jobs.schema.create_schema`), which writes are allowed
 (:func:`gateway.jobs.db.write_transition` refuses an undeclared one), the
 names of the transition methods and hooks, and the README's diagrams
 (:meth:`ObjectType.mermaid`).

@@ -43,7 +43,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from gateway.jobs.actors import ActorType, JobContext, backoff_s
+from gateway.backoff import backoff_s
+from gateway.jobs.actors import ActorType, JobContext
 from gateway.jobs.db import (
     read_next_retry_at,
     read_orphans,

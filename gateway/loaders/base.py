@@ -37,11 +37,6 @@ __all__ = [
 FindOriginal = Callable[[str, str, str], AsyncIterator[CdxRecord]]
 
 
-async def _no_body() -> AsyncIterator[bytes]:
-    return
-    yield b""  # pragma: no cover
-
-
 class StoredGzip(Protocol):
     """A record's gzip member exactly as stored (WARC 1.1 Annex D), sent as it is.
 
@@ -89,7 +84,7 @@ class LoadedRecord:
         """Everything ``body`` would yield, joined, if it is in memory already.
 
         That is the ``whole`` attribute of the body iterator when it has one
-        that is not None (a :class:`~gateway.loaders.warc_reader.RecordBody`
+        that is not None (a :class:`~gateway.loaders.warc_stream.RecordBody`
         of a record read and inflated at once: a view of the inflated bytes,
         not a copy), else None: the body streams. The Resource API then sends
         the answer in one piece without iterating ``body``. A wrapper that
@@ -168,8 +163,3 @@ class LoaderFactory(Protocol):
 
     @classmethod
     def from_config(cls, config: LoaderConfig, *, clients: SharedClients) -> ResourceLoader: ...
-
-
-def empty_body() -> AsyncIterator[bytes]:
-    """An async iterator yielding nothing (records without a payload)."""
-    return _no_body()

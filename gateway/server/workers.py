@@ -12,7 +12,8 @@ to one waiting worker. The parent only supervises:
 - a worker that exits while the gateway is running (a crash, SIGKILL, the
   OOM killer) is logged at WARNING and replaced at once; one that dies
   within :data:`QUICK_EXIT_S` of its start is replaced after a pause that
-  doubles up to :data:`MAX_BACKOFF_S` (a worker that cannot start does not
+  doubles from :data:`FIRST_BACKOFF_S` up to :data:`MAX_BACKOFF_S`
+  (:func:`gateway.backoff.backoff_s`; a worker that cannot start does not
   make the parent spin);
 - SIGTERM or SIGINT to the parent stops every worker gracefully (SIGTERM,
   aiohttp's shutdown: requests in flight finish) and, after
@@ -48,11 +49,14 @@ from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
+from gateway.backoff import backoff_s
+
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
 
 __all__ = [
+    "FIRST_BACKOFF_S",
     "MAX_BACKOFF_S",
     "QUICK_EXIT_S",
     "STOP_TIMEOUT_S",
@@ -65,6 +69,8 @@ logger = logging.getLogger(__name__)
 
 #: A worker that exits sooner than this after its start is restarted after a pause.
 QUICK_EXIT_S: Final = 5.0
+#: The pause before restarting a worker that died at start-up (doubled each time in a row).
+FIRST_BACKOFF_S: Final = 0.5
 #: The longest pause before restarting a worker that keeps dying at start-up.
 MAX_BACKOFF_S: Final = 30.0
 #: How long stopping waits for workers to finish their requests before SIGKILL.
@@ -99,11 +105,16 @@ def parse_workers(text: str) -> int:
 
 @dataclass(slots=True)
 class _Slot:
-    """One worker position: its current process and its restart history."""
+    """One worker position: its current process and its restart history.
+
+    ``quick_exits``: its processes that died within :data:`QUICK_EXIT_S` of
+    their start, in a row (the restart pause grows with it).
+    """
 
     index: int
     process: BaseProcess | None = None
     started_at: float = 0.0
+    quick_exits: int = 0
     backoff_s: float = 0.0
     restart_at: float | None = None
     restarts: int = field(default=0)
@@ -188,8 +199,10 @@ class Supervisor:
             return
         lived_s = time.monotonic() - slot.started_at
         if lived_s < QUICK_EXIT_S:
-            slot.backoff_s = min(MAX_BACKOFF_S, max(0.5, slot.backoff_s * 2))
+            slot.quick_exits += 1
+            slot.backoff_s = backoff_s(slot.quick_exits, FIRST_BACKOFF_S, MAX_BACKOFF_S)
         else:
+            slot.quick_exits = 0
             slot.backoff_s = 0.0
         slot.restarts += 1
         slot.restart_at = time.monotonic() + slot.backoff_s

@@ -19,7 +19,7 @@ append-only to the archiver (issue 13 §2):
 - :meth:`Storage.get_range` streams bytes ``[offset, offset + length)``;
   :meth:`Storage.open_range` opens them as a :class:`RangeReader`, read a
   piece at a time and closed without awaiting (what a record loader needs:
-  :mod:`gateway.loaders.warc_reader`).
+  :mod:`gateway.loaders.warc_sources`).
 - :meth:`Storage.stat` and :meth:`Storage.iter` describe objects
   (:class:`ObjectInfo`); ``iter`` streams a listing, never holding it whole.
 - :meth:`Storage.digest` reads an object back and returns its SHA-256.

@@ -32,7 +32,8 @@ outcome             meaning                                        copy status
 Transient failures are retried inside :func:`copy_file`, up to
 ``RetryPolicy.attempts`` attempts, sleeping between them with exponential
 backoff and full jitter (AWS Architecture Blog, *Exponential Backoff And
-Jitter*): a random time in ``[0, min(max_delay_s, base_delay_s * 2**n)]``.
+Jitter*): a random time in ``[0, min(max_delay_s, base_delay_s * 2**n)]``
+(:func:`gateway.backoff.backoff_s` of ``n + 1``).
 Concurrent copiers of one file are safe: puts are create-only, so one creates
 it and the others find it ``already_present``.
 """
@@ -47,6 +48,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from gateway.backoff import backoff_s
 from gateway.storage.base import ObjectInfo, Storage, check_sha256
 from gateway.storage.errors import (
     CorruptObject,
@@ -98,10 +100,13 @@ class RetryPolicy:
     def delay_s(self, attempt: int, rng: random.Random | None = None) -> float:
         """Full jitter: uniform in ``[0, min(max_delay_s, base_delay_s * 2**attempt)]``.
 
+        ``attempt`` counts from 0 (the wait after the first failure), so the
+        ceiling is :func:`~gateway.backoff.backoff_s` of ``attempt + 1``.
+
         >>> RetryPolicy(base_delay_s=1.0, max_delay_s=3.0).delay_s(5, random.Random(1)) <= 3.0
         True
         """
-        ceiling = min(self.max_delay_s, self.base_delay_s * 2**attempt)
+        ceiling = backoff_s(attempt + 1, self.base_delay_s, self.max_delay_s)
         return (rng or random).uniform(0.0, ceiling)
 
 
@@ -189,6 +194,42 @@ async def _from_source(
             await asyncio.gather(reader, return_exceptions=True)
 
 
+@dataclass(frozen=True, slots=True)
+class _Copy:
+    """One call of :func:`copy_file`: what every attempt and its result name."""
+
+    source: Storage
+    destination: Storage
+    name: str
+    size: int
+    sha256: str
+    started: float
+
+    def result(self, outcome: CopyOutcome, attempts: int, **more: object) -> CopyResult:
+        """The copy's result, logged (INFO when the destination holds it, else WARNING)."""
+        done = CopyResult(
+            name=self.name,
+            source=self.source.name,
+            destination=self.destination.name,
+            outcome=outcome,
+            size=self.size,
+            sha256=self.sha256,
+            attempts=attempts,
+            elapsed_s=time.monotonic() - self.started,
+            **more,  # type: ignore[arg-type]
+        )
+        log = logger.info if done.destination_status == "present" else logger.warning
+        log(
+            "copy %s: %s -> %s: %s%s",
+            self.name,
+            self.source.name,
+            self.destination.name,
+            outcome,
+            f" ({done.detail})" if done.detail else "",
+        )
+        return done
+
+
 async def copy_file(
     source: Storage,
     destination: Storage,
@@ -214,69 +255,19 @@ async def copy_file(
     ``source_corrupt`` and nothing is published. Cancellation propagates.
     """
     check_sha256(sha256)
-    started = time.monotonic()
-
-    def result(outcome: CopyOutcome, attempts: int, **more: object) -> CopyResult:
-        done = CopyResult(
-            name=name,
-            source=source.name,
-            destination=destination.name,
-            outcome=outcome,
-            size=size,
-            sha256=sha256,
-            attempts=attempts,
-            elapsed_s=time.monotonic() - started,
-            **more,  # type: ignore[arg-type]
-        )
-        log = logger.info if done.destination_status == "present" else logger.warning
-        log(
-            "copy %s: %s -> %s: %s%s",
-            name,
-            source.name,
-            destination.name,
-            outcome,
-            f" ({done.detail})" if done.detail else "",
-        )
-        return done
-
+    copy = _Copy(source, destination, name, size, sha256, started=time.monotonic())
     last: StorageError | None = None
     for attempt in range(1, retry.attempts + 1):
-        stream = _from_source(source, name, check() if check is not None else None)
-        try:
-            put = await destination.put(name, stream, size=size, sha256=sha256, replace=replace)
-            if read_back:
-                found = await destination.digest(name)
-                if found != sha256:
-                    return result(
-                        "corrupted",
-                        attempt,
-                        detail=f"read back as sha256 {found} after the put",
-                        existing=put.info,
-                    )
-            outcome: CopyOutcome = "copied" if put.outcome == "created" else put.outcome
-            verified = put.verified_by + ("; read back" if read_back else "")
-            return result(outcome, attempt, verified_by=verified)
-        except _SourceFailed as exc:
-            error = exc.error
-            if isinstance(error, ObjectNotFound):
-                return result("source_missing", attempt, detail=str(error))
-            if isinstance(error, RangeNotSatisfiable):
-                return result("source_corrupt", attempt, detail=f"shorter than {size} bytes")
-            if isinstance(error, CorruptObject):
-                return result("source_corrupt", attempt, detail=error.problem)
-            if not error.retryable:
-                return result("source_failed", attempt, detail=str(error))
-            last = error
-        except DigestMismatch as exc:
-            return result("source_corrupt", attempt, detail=exc.problem)
-        except ObjectConflict as exc:
-            return result("corrupted", attempt, detail=exc.problem, existing=exc.existing)
-        except StorageError as exc:
-            if isinstance(exc, ObjectNotFound) or not exc.retryable:
-                return result("failed", attempt, detail=str(exc))
-            last = exc
-        finally:
-            await stream.aclose()
+        done = await _attempt(
+            copy,
+            attempt,
+            check() if check is not None else None,
+            replace=replace,
+            read_back=read_back,
+        )
+        if isinstance(done, CopyResult):
+            return done
+        last = done
         if attempt < retry.attempts:
             delay = retry.delay_s(attempt - 1)
             logger.info(
@@ -288,9 +279,57 @@ async def copy_file(
                 delay,
             )
             await asyncio.sleep(delay)
-    return result(
+    return copy.result(
         "retry",
         retry.attempts,
         detail=str(last),
         retry_after_s=retry.delay_s(retry.attempts),
     )
+
+
+async def _attempt(
+    copy: _Copy, attempt: int, check: SourceCheck | None, *, replace: bool, read_back: bool
+) -> CopyResult | StorageError:
+    """One attempt of ``copy``: its result, or the transient error to try again after."""
+    stream = _from_source(copy.source, copy.name, check)
+    try:
+        put = await copy.destination.put(
+            copy.name, stream, size=copy.size, sha256=copy.sha256, replace=replace
+        )
+        if read_back:
+            found = await copy.destination.digest(copy.name)
+            if found != copy.sha256:
+                return copy.result(
+                    "corrupted",
+                    attempt,
+                    detail=f"read back as sha256 {found} after the put",
+                    existing=put.info,
+                )
+        outcome: CopyOutcome = "copied" if put.outcome == "created" else put.outcome
+        verified = put.verified_by + ("; read back" if read_back else "")
+        return copy.result(outcome, attempt, verified_by=verified)
+    except _SourceFailed as exc:
+        return _source_failure(copy, attempt, exc.error)
+    except DigestMismatch as exc:
+        return copy.result("source_corrupt", attempt, detail=exc.problem)
+    except ObjectConflict as exc:
+        return copy.result("corrupted", attempt, detail=exc.problem, existing=exc.existing)
+    except StorageError as exc:
+        if isinstance(exc, ObjectNotFound) or not exc.retryable:
+            return copy.result("failed", attempt, detail=str(exc))
+        return exc
+    finally:
+        await stream.aclose()
+
+
+def _source_failure(copy: _Copy, attempt: int, error: StorageError) -> CopyResult | StorageError:
+    """The result of an attempt that failed reading the source, or the error when transient."""
+    if isinstance(error, ObjectNotFound):
+        return copy.result("source_missing", attempt, detail=str(error))
+    if isinstance(error, RangeNotSatisfiable):
+        return copy.result("source_corrupt", attempt, detail=f"shorter than {copy.size} bytes")
+    if isinstance(error, CorruptObject):
+        return copy.result("source_corrupt", attempt, detail=error.problem)
+    if not error.retryable:
+        return copy.result("source_failed", attempt, detail=str(error))
+    return error

@@ -10,7 +10,7 @@ it every chunk it reads (:func:`gateway.storage.copier.copy_file`'s
 ``check``), and a failure stops the put before anything is published.
 
 ISA-L's inflate (PyPI ``isal``) is used when installed, zlib otherwise (the
-same output, 2-3x faster), as :mod:`gateway.loaders.warc_reader` does.
+same output, 2-3x faster), as :mod:`gateway.loaders.warc_inflate` does.
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ Modules, one concept each:
 - :mod:`~gateway.store.capture`   ``CaptureInput`` in, ``CaptureAck`` out
 - :mod:`~gateway.store.writer`    the writer task (batches, dedup, durability)
 - :mod:`~gateway.store.warcfile`  the open WARC file (append, truncate back, close)
-- :mod:`~gateway.store.db`        the SQLite index (captures, files, dedup)
+- :mod:`~gateway.store.db`        ``IndexDB``: the SQLite index (captures, files, dedup)
+- :mod:`~gateway.store.rows`      the index's columns and row types (``FileRow``, ``StoredRow``)
+- :mod:`~gateway.store.connection`  opening the index: write, read-only, immutable
+- :mod:`~gateway.store.reader_pool`  ``ReaderPool``: read-only connections for lookups
 - :mod:`~gateway.store.schema`  the index's schema versions
 - :mod:`~gateway.store.reader`    lookups: versions, latest, nearest, ranges
 - :mod:`~gateway.store.indexing`  index rows from WARC bytes (warcio)

@@ -16,7 +16,9 @@ from gateway.jobs.hooks import hookimpl
 from gateway.store.integrity.scrub import ScrubActor
 from gateway.store.migration.actor import MigrateActor
 from gateway.store.online_import import ImportActor
-from gateway.store.replication.jobs import CopierActor, DirectorActor, ReplicationWorker
+from gateway.store.replication.batch import ReplicationWorker
+from gateway.store.replication.copy import CopierActor
+from gateway.store.replication.director_actor import DirectorActor
 
 __all__ = ["ACTOR_TYPES", "get_actor_types"]
 

@@ -39,7 +39,7 @@ from typing import Final
 
 from warcio.timeutils import iso_date_to_timestamp
 
-from gateway.store.db import FileRow, IndexDB
+from gateway.store.db import IndexDB
 from gateway.store.errors import ImportRejected
 from gateway.store.layout import Layout, fsync_dir, is_archive_name, utc_timestamp
 from gateway.store.migration.layout_steps import ensure_current
@@ -50,6 +50,7 @@ from gateway.store.recovery import (
     index_tail,
     lock_staged,
 )
+from gateway.store.rows import FileRow
 from gateway.store.verify import Progress, verify_file
 
 __all__ = [

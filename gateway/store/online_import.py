@@ -38,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
-from gateway.jobs.db import JobObject, JobsDB, Value, utcnow, write_objects
+from gateway.jobs.db import JobObject, Value, utcnow, write_objects
 from gateway.jobs.hooks import Hooks
+from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.settings import JobsSettings
 from gateway.store.db import IndexDB
 from gateway.store.errors import ImportRejected, StoreError
@@ -319,7 +320,6 @@ async def add_files(
     ``on_waiting(objs)`` when the only files left are held by other
     processes or backing off.
     """
-    verified: list[VerifiedSource] = []
     settled: list[Settled] = []
 
     def settle(item: Settled) -> None:
@@ -327,67 +327,113 @@ async def add_files(
         if on_settled is not None:
             on_settled(item)
 
-    if wait:
-        for path in sources:
-            checked = await asyncio.to_thread(verify, path, _never, progress)
-            if isinstance(checked, Refused):
-                settle((path, "refused", checked.reason))
-            else:
-                verified.append(checked)
-        if not verified:
-            return AddReport("", [], settled)
+    verified = await _verify_sources(sources, settle, progress) if wait else []
+    if wait and not verified:
+        return AddReport("", [], settled)
     from gateway.store.store import Store
 
     store = await Store.open(store_settings, mode="shared")
     db = JobsDB(store.layout.db_path, OBJECT_TYPES)
     try:
         if wait:
-            decided = await asyncio.to_thread(_settle, store.layout, verified)
-            for item in decided:
-                if item is not None:
-                    settle(item)
-            verified = [v for v, item in zip(verified, decided, strict=True) if item is None]
+            verified = await _drop_known(store.layout, verified, settle)
             if not verified:
                 return AddReport("", [], settled)
-        try:
-            await db.open()
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the store at {store.layout.root}: {exc}") from exc
-        batch = uuid.uuid4().hex
+        batch, objects = await _hand_in(db, store.layout.root, sources, verified, wait=wait)
         if wait:
-            await db.call(write_verified_import_objects, verified, batch)
-        else:
-            await db.call(write_import_objects, sources, batch)
-        objects = await db.call(read_batch, batch)
-        if not wait:
-            return AddReport(batch, objects, settled)
-        hooks = Hooks()
-        hooks.add_object_types([IMPORT])
-        ctx = JobContext(
-            db=db,
-            hooks=hooks,
-            settings=settings or JobsSettings(),
-            owner=f"store-add {os.getpid()}",
-            app=StoreContext(root=store.layout.root),
-        )
-        reported: set[int] = set()
-        while True:
-            await ImportActor(ctx, where=("batch = ?", [batch])).run()
-            objects = await db.call(read_batch, batch)
-            for obj in objects:
-                if obj.retry_at is None and obj.id not in reported:
-                    reported.add(obj.id)
-                    if on_final is not None:
-                        on_final(obj)
-            pending = [obj for obj in objects if obj.retry_at is not None]
-            if not pending:
-                return AddReport(batch, objects, settled)
-            if on_waiting is not None:
-                on_waiting(pending)
-            await asyncio.sleep(poll_s)
+            objects = await _import_batch(
+                db, store.layout.root, batch, settings, on_final, on_waiting, poll_s
+            )
+        return AddReport(batch, objects, settled)
     finally:
         await db.close()
         await store.close()
+
+
+async def _verify_sources(
+    sources: Sequence[Path], settle: Callable[[Settled], None], progress: Progress | None
+) -> list[VerifiedSource]:
+    """``store add``'s first step: each file verified here, one after the other; a file
+    refused is settled, the others returned."""
+    verified: list[VerifiedSource] = []
+    for path in sources:
+        checked = await asyncio.to_thread(verify, path, _never, progress)
+        if isinstance(checked, Refused):
+            settle((path, "refused", checked.reason))
+        else:
+            verified.append(checked)
+    return verified
+
+
+async def _drop_known(
+    layout: Layout, verified: list[VerifiedSource], settle: Callable[[Settled], None]
+) -> list[VerifiedSource]:
+    """The verified files the index does not decide already (:func:`_settle`); the
+    others (refused, or present in the store) are settled."""
+    decided = await asyncio.to_thread(_settle, layout, verified)
+    for item in decided:
+        if item is not None:
+            settle(item)
+    return [v for v, item in zip(verified, decided, strict=True) if item is None]
+
+
+async def _hand_in(
+    db: JobsDB,
+    root: Path,
+    sources: Sequence[Path],
+    verified: Sequence[VerifiedSource],
+    *,
+    wait: bool,
+) -> tuple[str, list[JobObject]]:
+    """Open the jobs database and write a new batch's objects (``verified`` with ``wait``,
+    else ``sources``, queued); returns the batch's id and its objects as written."""
+    try:
+        await db.open()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the store at {root}: {exc}") from exc
+    batch = uuid.uuid4().hex
+    if wait:
+        await db.call(write_verified_import_objects, verified, batch)
+    else:
+        await db.call(write_import_objects, sources, batch)
+    return batch, await db.call(read_batch, batch)
+
+
+async def _import_batch(
+    db: JobsDB,
+    root: Path,
+    batch: str,
+    settings: JobsSettings | None,
+    on_final: Callable[[JobObject], None] | None,
+    on_waiting: Callable[[list[JobObject]], None] | None,
+    poll_s: float,
+) -> list[JobObject]:
+    """Run an import actor of this process over ``batch`` until every object of it is
+    final (others' actors may take some); returns the objects, final."""
+    hooks = Hooks()
+    hooks.add_object_types([IMPORT])
+    ctx = JobContext(
+        db=db,
+        hooks=hooks,
+        settings=settings or JobsSettings(),
+        owner=f"store-add {os.getpid()}",
+        app=StoreContext(root=root),
+    )
+    reported: set[int] = set()
+    while True:
+        await ImportActor(ctx, where=("batch = ?", [batch])).run()
+        objects = await db.call(read_batch, batch)
+        for obj in objects:
+            if obj.retry_at is None and obj.id not in reported:
+                reported.add(obj.id)
+                if on_final is not None:
+                    on_final(obj)
+        pending = [obj for obj in objects if obj.retry_at is not None]
+        if not pending:
+            return objects
+        if on_waiting is not None:
+            on_waiting(pending)
+        await asyncio.sleep(poll_s)
 
 
 def _never() -> bool:

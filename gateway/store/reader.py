@@ -20,8 +20,10 @@ from typing import Final
 
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.query import CaptureQuery, pad_timestamp
-from gateway.store.db import FileRow, ReaderPool, StoredRow, connect_reader, file_by_name
+from gateway.store.connection import connect_reader
 from gateway.store.errors import StoreError
+from gateway.store.reader_pool import ReaderPool
+from gateway.store.rows import FileRow, StoredRow, file_by_name
 
 __all__ = ["StoreReader"]
 

@@ -37,10 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from gateway.store.db import FileRow, IndexDB
+from gateway.store.db import IndexDB
 from gateway.store.framing import FramingError, scan_frames
 from gateway.store.indexing import index_range
 from gateway.store.layout import Layout, fsync_dir
+from gateway.store.rows import FileRow
 
 __all__ = [
     "RecoveryReport",

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gateway.jobs.actors import ActorType, JobContext
-from gateway.store.db import Access, IndexDB
+from gateway.store.connection import Access
+from gateway.store.db import IndexDB
 from gateway.store.layout import Layout
 from gateway.store.settings import StoreSettings
 

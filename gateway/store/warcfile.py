@@ -39,9 +39,10 @@ from typing import Final
 
 from warcio.warcwriter import WARCWriter
 
-from gateway.store.db import FileRow, IndexDB
+from gateway.store.db import IndexDB
 from gateway.store.errors import StoreWriteError
 from gateway.store.layout import Layout, date_of_name, fsync_dir
+from gateway.store.rows import FileRow
 from gateway.store.verify import STORE_SOFTWARE
 
 __all__ = ["FaultInjector", "OpenWarc", "RecordSink"]

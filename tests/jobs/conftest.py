@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from gateway.jobs.actors import ActorType, JobContext, object_types_of
-from gateway.jobs.db import JobsDB, read_counts
+from gateway.jobs.db import read_counts
 from gateway.jobs.hooks import Hooks
+from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.model import ObjectType
 from gateway.jobs.orchestrator import Orchestrator
 from gateway.jobs.settings import JobsSettings

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from gateway.jobs.actors import ActorType
-from gateway.jobs.db import JobObject, JobsDB, read_object, utcnow, write_object, write_objects
+from gateway.jobs.db import JobObject, read_object, utcnow, write_object, write_objects
 from gateway.jobs.hooks import hookimpl
+from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.model import ObjectType
 from gateway.jobs.orchestrator import Orchestrator
 from gateway.jobs.settings import JobsSettings

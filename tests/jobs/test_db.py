@@ -7,8 +7,6 @@ from datetime import timedelta
 from pathlib import Path
 
 from gateway.jobs.db import (
-    connect,
-    create_schema,
     format_time,
     read_counts,
     read_next_retry_at,
@@ -24,6 +22,7 @@ from gateway.jobs.db import (
     write_transition,
     write_wake,
 )
+from gateway.jobs.schema import connect, create_schema
 from tests.jobs.probe_plugin import PROBE
 
 ACTIVE = ("queued", "working")

@@ -10,16 +10,9 @@ from pathlib import Path
 import pytest
 
 from gateway.jobs.actors import ActorType, object_types_of
-from gateway.jobs.db import (
-    Value,
-    connect,
-    create_schema,
-    read_object,
-    utcnow,
-    write_object,
-    write_transition,
-)
+from gateway.jobs.db import Value, read_object, utcnow, write_object, write_transition
 from gateway.jobs.model import ObjectType, Transition
+from gateway.jobs.schema import connect, create_schema
 from gateway.store.actor_types import ACTOR_TYPES
 from tests.jobs.probe_plugin import ProbeActor
 

@@ -27,16 +27,9 @@ from typing import Final
 
 import pytest
 
-from gateway.jobs.db import (
-    Value,
-    connect,
-    create_schema,
-    format_time,
-    read_counts,
-    utcnow,
-    write_objects,
-)
+from gateway.jobs.db import Value, format_time, read_counts, utcnow, write_objects
 from gateway.jobs.hooks import load_plugins
+from gateway.jobs.schema import connect, create_schema
 from tests.conftest import REPO_ROOT
 from tests.jobs import probe_plugin
 from tests.jobs.probe_plugin import PROBE

@@ -15,7 +15,8 @@ from aiohttp.test_utils import TestClient
 from gateway.cli import build_parser
 from gateway.config import parse_config
 from gateway.errors import ConfigError
-from gateway.jobs.db import connect, create_schema, utcnow, write_objects
+from gateway.jobs.db import utcnow, write_objects
+from gateway.jobs.schema import connect, create_schema
 from gateway.jobs.settings import JobsSettings
 from gateway.server.app import create_app
 from gateway.server.jobs_service import JobsService

@@ -26,7 +26,8 @@ import pytest
 
 from gateway.storage import Storage
 from gateway.storage.local import LocalStorage, LocalStorageConfig
-from gateway.storage.s3 import MIN_PART_BYTES, S3Storage, S3StorageConfig
+from gateway.storage.s3 import S3Storage
+from gateway.storage.s3_config import MIN_PART_BYTES, S3StorageConfig
 from tests.storage.seaweedfs import SeaweedFS, run_in_thread
 
 STORAGE_PARAMS: Final = ("local", "s3")

@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator
 
 from gateway.storage import Storage
 from gateway.storage.local import LocalStorage, LocalStorageConfig
-from gateway.storage.s3 import S3Storage, S3StorageConfig
+from gateway.storage.s3 import S3Storage
+from gateway.storage.s3_config import S3StorageConfig
 from tests.storage.conftest import PART_BYTES, SINGLE_PUT_MAX_BYTES, blob, sha256_hex
 
 

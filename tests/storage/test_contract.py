@@ -22,7 +22,8 @@ from gateway.storage.errors import (
     RangeNotSatisfiable,
 )
 from gateway.storage.local import LocalStorage
-from gateway.storage.s3 import STAGING_DIR, S3Storage
+from gateway.storage.s3 import S3Storage
+from gateway.storage.s3_upload import STAGING_DIR
 from tests.storage.conftest import PART_BYTES, STORAGE_PARAMS, blob, chunks, read_all, sha256_hex
 
 NAME: Final = "gateway-20250301120000-00001.warc.gz"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gateway.storage.errors import StorageRefused, StorageUnavailable
-from gateway.storage.s3 import S3Storage, S3StorageConfig
+from gateway.storage.s3 import S3Storage
+from gateway.storage.s3_config import S3StorageConfig
 from tests.conftest import free_port
 from tests.storage.seaweedfs import SeaweedFS
 

@@ -12,7 +12,7 @@ from gateway.cli import main
 from gateway.config import parse_config
 from gateway.errors import ConfigError
 from gateway.storage.local import LocalStorageConfig
-from gateway.storage.s3 import S3StorageConfig
+from gateway.storage.s3_config import S3StorageConfig
 from gateway.storage.settings import RetentionPolicy, SettingError
 from gateway.store.settings import StoreSettings
 

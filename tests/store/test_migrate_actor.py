@@ -21,8 +21,9 @@ import pytest
 
 from gateway.commands.store import main as store_cli
 from gateway.jobs.actors import ActorType, JobContext, object_types_of
-from gateway.jobs.db import JobObject, JobsDB
+from gateway.jobs.db import JobObject
 from gateway.jobs.hooks import Hooks, hookimpl
+from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.orchestrator import Orchestrator
 from gateway.jobs.settings import JobsSettings
 from gateway.store.db import IndexDB

@@ -20,9 +20,11 @@ import aiohttp
 import pytest
 
 from gateway.jobs.actors import JobContext
-from gateway.jobs.db import JobsDB, connect, format_time, read_counts, utcnow
+from gateway.jobs.db import format_time, read_counts, utcnow
 from gateway.jobs.hooks import Hooks
+from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.orchestrator import Orchestrator
+from gateway.jobs.schema import connect
 from gateway.jobs.settings import JobsSettings
 from gateway.store.layout import Layout
 from gateway.store.object_types import OBJECT_TYPES

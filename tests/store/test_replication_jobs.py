@@ -21,17 +21,13 @@ from gateway.jobs.hooks import hookimpl
 from gateway.jobs.settings import JobsSettings
 from gateway.store.integrity.copy_scrub import PartialDigest, ScrubReport, verify_copies_of
 from gateway.store.layout import Layout
-from gateway.store.replication.director import director_batches, replicate_batch
-from gateway.store.replication.jobs import (
-    BATCH,
-    COPY,
-    DIRECTOR,
-    CopierActor,
-    DirectorActor,
-    ReplicationWorker,
+from gateway.store.object_types import BATCH, COPY, DIRECTOR
+from gateway.store.replication.batch import ReplicationWorker, read_batch_copies
+from gateway.store.replication.copy import CopierActor
+from gateway.store.replication.director_actor import DirectorActor
+from gateway.store.replication.passes import (
     enqueue_pass,
     open_jobs,
-    read_batch_copies,
     read_pass,
     report_of,
     work_pass,
@@ -278,10 +274,14 @@ async def test_a_copy_is_read_back_a_chunk_at_a_time_across_ticks(tmp_path: Path
     assert chunks >= 2
     backup = local_place(tmp_path, "backup")
     config = write_config(tmp_path / "c.yaml", root, [backup], copies=2)
-    replicas = Replicas(load_config(config).store, Layout(root))
+    settings = load_config(config).store
+    replicas = Replicas(settings, Layout(root))
     try:
-        (ids,) = [ids async for ids in director_batches(replicas)]
-        await replicate_batch(replicas, ids)
+        db, ctx = await open_jobs(root, settings, None, [BATCH, COPY], "test")
+        try:
+            (_batch,) = await work_pass(ctx, await enqueue_pass(replicas, ctx))
+        finally:
+            await db.close()
         assert copy_rows(root)[(name, "backup")] == ("present", sha256)
 
         async def scrub(since: float) -> tuple[int, ScrubReport]:

@@ -22,16 +22,11 @@ from typing import Any
 import pytest
 
 from gateway.jobs.actors import ActorType, JobContext, WorkCancelled, object_types_of
-from gateway.jobs.db import (
-    JobObject,
-    JobsDB,
-    connect,
-    format_time,
-    read_counts,
-    utcnow,
-)
+from gateway.jobs.db import JobObject, format_time, read_counts, utcnow
 from gateway.jobs.hooks import Hooks, hookimpl
+from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.orchestrator import Orchestrator
+from gateway.jobs.schema import connect
 from gateway.jobs.settings import JobsSettings
 from gateway.store.db import IndexDB
 from gateway.store.integrity.repair import repair_store

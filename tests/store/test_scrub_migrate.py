@@ -21,13 +21,15 @@ from typing import Any, Final
 
 import pytest
 
-from gateway.jobs.db import JobsDB, format_time, utcnow
-from gateway.store.db import FileRow, IndexDB
+from gateway.jobs.db import format_time, utcnow
+from gateway.jobs.jobs_db import JobsDB
+from gateway.store.db import IndexDB
 from gateway.store.integrity.check import check_store
 from gateway.store.layout import Layout, moving_name
 from gateway.store.migration.actor import MigrateActor, write_migrate_seed
 from gateway.store.migration.layout_steps import Mover, MoveResult, migrate_file
 from gateway.store.object_types import OBJECT_TYPES
+from gateway.store.rows import FileRow
 from tests.store.migrate_support import payload_of, placed_files, written_store
 from tests.store.test_migrate_actor import _migrate_objects, _run
 from tests.store.test_scrub import QuickRetryScrub, _scrub, _scrubs

@@ -24,12 +24,13 @@ from aiohttp.test_utils import TestClient
 
 import gateway.store.writer as writer_module
 from gateway.commands.store import main as store_cli
-from gateway.store.db import FileRow, IndexDB
+from gateway.store.db import IndexDB
 from gateway.store.errors import StoreError
 from gateway.store.integrity.check import check_store
 from gateway.store.layout import FS_VERSION, LAYOUTS, Layout, by_day, flat, moving_name
 from gateway.store.migration.layout_steps import STEPS, Mover, Step, migrate_file
 from gateway.store.migration.migrator import MigrationReport, open_shared, run_migration
+from gateway.store.rows import FileRow
 from gateway.store.settings import StoreSettings
 from gateway.store.store import Store
 from tests.store.migrate_support import (

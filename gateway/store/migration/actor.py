@@ -48,7 +48,8 @@ from typing import Any, ClassVar, Final
 from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
 from gateway.jobs.db import JobObject, Value, format_time, utcnow
 from gateway.jobs.settings import JobsSettings
-from gateway.store.db import Access, IndexDB
+from gateway.store.connection import Access
+from gateway.store.db import IndexDB
 from gateway.store.layout import Layout
 from gateway.store.migration.layout_steps import Mover
 from gateway.store.migration.migrator import WAIT_FOR_MOVER_S, MigrationReport, move_batch

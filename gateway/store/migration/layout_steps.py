@@ -75,10 +75,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Literal
 
-from gateway.store.db import FileRow, IndexDB
+from gateway.store.db import IndexDB
 from gateway.store.errors import MoveFailed, StoreError
 from gateway.store.layout import Layout, fsync_dir, moving_name
 from gateway.store.recovery import file_sha256, lock_staged
+from gateway.store.rows import FileRow
 from gateway.store.verify import file_date
 from gateway.store.warcfile import FaultInjector
 

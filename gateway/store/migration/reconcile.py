@@ -41,7 +41,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.store.db import FileRow, IndexDB
+from gateway.store.db import IndexDB
 from gateway.store.indexing import index_range
 from gateway.store.layout import (
     IMPORTING_SUFFIX,
@@ -54,6 +54,7 @@ from gateway.store.layout import (
 )
 from gateway.store.migration.layout_steps import Mover, merge_duplicates, migrate_file
 from gateway.store.recovery import file_sha256, lock_staged
+from gateway.store.rows import FileRow
 from gateway.store.verify import file_date, verify_file, written_by_store
 
 if TYPE_CHECKING:
