@@ -12,10 +12,14 @@
     │   ├── SourceBadAnswer                ... answered something unparseable
     │   └── SourceSkipped                  ... skipped by its circuit breaker
     ├── AllSourcesFailed              503  every source of a lookup failed
+    ├── CapturesUnavailable           503  captures found, none loaded: their places unreachable
     ├── JobsUnavailable               503  the jobs database cannot be read (/_jobs)
     └── LoadError                     404  one capture could not be loaded
         ├── ArchiveFileNotFound            ... no configured prefix holds the file
         ├── ArchiveUnavailable             ... I/O failed: HTTP 5xx, refused, read error
+        │   ├── PlaceUnreachable           ... the storage, replica, path index or HTTP
+        │   │                                  prefix was not reached (refused, reset,
+        │   │                                  timed out, 5xx): it is down, not the record
         │   └── UpstreamLoadError          ... a remote archive could not serve a capture
         │       ├── UpstreamStatusError        ... it answered an error page (not a memento)
         │       ├── UpstreamUnreachable        ... refused, reset, broke off mid-answer
@@ -33,7 +37,8 @@ The snapshot store's own branch (``StoreError``) lives in
 
 The route wrapper every handler is registered through
 (:func:`gateway.server.app.api_route`) renders any of them as
-``{"message": ..., "errors": {source: reason}}`` with :attr:`GatewayError.status`.
+``{"message": ..., "errors": {source: reason}}`` with :attr:`GatewayError.status`
+(and ``Retry-After`` from :attr:`GatewayError.retry_after_s` when it is set).
 Foreign exceptions are translated at the boundary where they occur
 (``raise SourceUnavailable(name, str(exc)) from exc``).
 """
@@ -47,12 +52,14 @@ __all__ = [
     "ArchiveFileNotFound",
     "ArchiveUnavailable",
     "BadRequest",
+    "CapturesUnavailable",
     "ConfigError",
     "GatewayError",
     "JobsUnavailable",
     "LiveFetchRefused",
     "LoadError",
     "NotFound",
+    "PlaceUnreachable",
     "RecordFormatError",
     "RecordTooLarge",
     "RevisitUnresolved",
@@ -78,6 +85,9 @@ class GatewayError(Exception):
     """
 
     status: int = 500
+    #: Seconds a client should wait before asking again (``Retry-After``,
+    #: RFC 9110 §10.2.3), for answers that say "not now" rather than "no".
+    retry_after_s: float | None = None
 
     def __init__(self, message: str, errors: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
@@ -125,6 +135,7 @@ class JobsUnavailable(GatewayError):
     """The background jobs' database cannot be read (``GET /_jobs``, HTTP 503)."""
 
     status = 503
+    retry_after_s = 5
 
 
 class NotFound(GatewayError):
@@ -171,6 +182,21 @@ class AllSourcesFailed(GatewayError):
     """Every source of a lookup failed, so "no captures" cannot be claimed (HTTP 503)."""
 
     status = 503
+    retry_after_s = 10
+
+
+class CapturesUnavailable(GatewayError):
+    """Captures were found but none loaded, because the places that hold them
+    could not be reached or read now: a storage, a replica or an HTTP prefix
+    down, a WARC file missing or unreadable (HTTP 503 with ``Retry-After``).
+
+    Clients and caches read a 404 as "not archived"; this is not that. The
+    JSON ``errors`` name each capture and what failed. A capture whose bytes
+    are damaged everywhere is a :class:`NotFound` naming the damage instead.
+    """
+
+    status = 503
+    retry_after_s = 10
 
 
 class LoadError(GatewayError):
@@ -190,6 +216,13 @@ class ArchiveFileNotFound(LoadError):
 class ArchiveUnavailable(LoadError):
     """The archive holding the record could not be read (HTTP 5xx, connection
     refused, read or permission error); another capture may still load."""
+
+
+class PlaceUnreachable(ArchiveUnavailable):
+    """The place that holds the record (a storage, a replica, a path index, an HTTP
+    prefix) could not be reached: refused, reset, timed out, or a 5xx. It is down,
+    which says nothing of the record; these failures, and only they, feed a
+    loader's circuit breaker (:mod:`gateway.index.collection`)."""
 
 
 class UpstreamLoadError(ArchiveUnavailable):

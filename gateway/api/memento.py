@@ -72,7 +72,7 @@ from gateway.cdx.memento import (
 )
 from gateway.cdx.query import TIMESTAMP_DIGITS, CaptureQuery, closest_timestamp, pad_timestamp
 from gateway.config import MementoSettings
-from gateway.errors import BadRequest, NotFound
+from gateway.errors import BadRequest, GatewayError, NotFound
 from gateway.index.collection import Collection, ServedStats, find_record
 from gateway.index.group import Lookup
 from gateway.loaders.base import LoadedRecord
@@ -489,6 +489,14 @@ async def _send_memento(
         await response.write_eof()
     except ConnectionError:
         client_left(request)
+        return response
+    except GatewayError as exc:  # a load error, or a recording not stored (durable_ack)
+        # The status line is out: close the connection, so the body is seen short.
+        logger.error(
+            "%s %s: failed after the answer started: %s", request.method, request.path_qs, exc
+        )
+        if request.transport is not None:
+            request.transport.close()
         return response
     if request.method != "HEAD":
         served.served(sent)

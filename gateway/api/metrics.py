@@ -27,6 +27,10 @@ template, e.g. ``/{coll}/index``):
 ``records_served_total``                    counter {collection, step}: WARC records
                                             (Resource API) and mementos (``id_``) sent whole
 ``record_bytes_served_total``               counter {collection, step}: their body bytes
+``loader_loads_total``                      counter {collection, step, loader, outcome}: ``ok``,
+                                            ``error`` (its place unreachable), ``timeout``,
+                                            ``skipped`` (open circuit breaker)
+``loader_breaker_open``                     gauge {collection, step, loader}: 1 while skipped
 ``store_captures_total``                    counter {policy, outcome}: captures the store's
                                             writer finished: ``full``, ``revisit``, ``skipped``
                                             (the dedup decision, once durable) or ``failed``
@@ -249,6 +253,18 @@ class _GatewayCollector:
             "Body bytes of the records and mementos counted by gateway_records_served.",
             labels=["collection", "step"],
         )
+        loader_labels = ["collection", "step", "loader"]
+        loads = CounterMetricFamily(
+            "gateway_loader_loads",
+            "Record loads per resource loader by outcome (error: its place was not reached "
+            "or read; skipped: its circuit breaker was open). Damaged records are not counted.",
+            labels=[*loader_labels, "outcome"],
+        )
+        loader_open = GaugeMetricFamily(
+            "gateway_loader_breaker_open",
+            "1 while the loader's circuit breaker skips it (its place unreachable), else 0.",
+            labels=loader_labels,
+        )
         for name, collection in self._app[COLLECTIONS].items():
             for step in collection.steps:
                 served.add_metric([name, step.name], step.served.records)
@@ -259,7 +275,12 @@ class _GatewayCollector:
                         lookups.add_metric([*labels, outcome], count)
                     breaker_open.add_metric(labels, 1 if breaker.is_open() else 0)
                     failures.add_metric(labels, breaker.failures)
-        yield from (lookups, breaker_open, failures, served, served_bytes)
+                for loader, breaker in step.load_breakers.copy().items():
+                    labels = [name, step.name, loader]
+                    for outcome, count in breaker.lookups().items():
+                        loads.add_metric([*labels, outcome], count)
+                    loader_open.add_metric(labels, 1 if breaker.is_open() else 0)
+        yield from (lookups, breaker_open, failures, served, served_bytes, loads, loader_open)
 
         store = self._app[CLIENTS].store
         if store is not None:

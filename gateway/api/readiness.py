@@ -11,7 +11,10 @@ health checks. The app is not ready:
   :meth:`Readiness.clear`);
 - while some collection has **every** source down, i.e. skipped by its
   circuit breaker (three failures in a row, or an upstream ``Retry-After``):
-  such a collection cannot answer anything but 503. A group that still has
+  such a collection cannot answer anything but 503; likewise while **every**
+  resource loader that has loaded for a collection is skipped by its breaker
+  (the storages, replicas or HTTP prefixes it reads records from unreachable:
+  :attr:`gateway.index.collection.Step.load_breakers`). A group that still has
   one member answering is degraded, not down (its failures are reported per
   request in ``ResErrors``), and keeps the process ready: taking every
   gateway out of rotation because one remote archive is down would turn a
@@ -58,9 +61,10 @@ READINESS = web.AppKey("readiness", Readiness)
 
 
 def collections_down(collections: Mapping[str, Collection]) -> dict[str, str]:
-    """``{"collection NAME": reason}`` for each collection whose every source is skipped.
+    """``{"collection NAME": reason}`` for each collection whose every source, or every
+    resource loader that has loaded, is skipped.
 
-    A source is down while its circuit breaker is open
+    A source or loader is down while its circuit breaker is open
     (:meth:`gateway.index.breaker.Breaker.is_open`).
     """
     down: dict[str, str] = {}
@@ -72,6 +76,14 @@ def collections_down(collections: Mapping[str, Collection]) -> dict[str, str]:
         ]
         if breakers and all(breaker.is_open() for _, breaker in breakers):
             down[f"collection {name}"] = "every source is down: " + _reasons(breakers)
+            continue
+        loaders = [
+            (loader, breaker)
+            for step in collection.steps
+            for loader, breaker in step.load_breakers.items()
+        ]
+        if loaders and all(breaker.is_open() for _, breaker in loaders):
+            down[f"collection {name}"] = "every resource loader is down: " + _reasons(loaders)
     return down
 
 

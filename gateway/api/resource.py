@@ -58,7 +58,7 @@ from gateway.api.postreq import end_to_end_headers, method_lookup_url, parse_wra
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.memento import iso_to_timestamp, link_value, timestamp_to_http_date
 from gateway.cdx.query import CaptureQuery, key_range, parse_query
-from gateway.errors import BadRequest, LoadError
+from gateway.errors import BadRequest, GatewayError
 from gateway.index.collection import Step, find_record
 from gateway.loaders.base import LoadedRecord, WrappedRequest
 
@@ -261,7 +261,7 @@ async def _stream_record(
                     await response.write(pending)
                     sent += len(pending)
                 pending = chunk
-    except LoadError as exc:
+    except GatewayError as exc:  # a load error, or a recording not stored (durable_ack)
         # The status line is out: no error answer is possible any more (the
         # route wrapper's would land inside this body). Close the
         # connection, so the client sees a short body, not a complete one.

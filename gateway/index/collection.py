@@ -20,7 +20,19 @@ from typing import Protocol
 from gateway.cdx import cdxops
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.query import CaptureQuery, CdxFilter
-from gateway.errors import AllSourcesFailed, LoadError, NotFound
+from gateway.errors import (
+    AllSourcesFailed,
+    ArchiveFileNotFound,
+    ArchiveUnavailable,
+    CapturesUnavailable,
+    LoadError,
+    NotFound,
+    PlaceUnreachable,
+    SourceSkipped,
+    UpstreamStatusError,
+    UpstreamUnreachable,
+)
+from gateway.index.breaker import Breaker
 from gateway.index.eager import run_within
 from gateway.index.fuzzy import FUZZY_FIELD, FuzzyRules, Widened
 from gateway.index.group import IndexGroup, Lookup
@@ -82,6 +94,10 @@ class Step:
     ``load_timeout_s`` bounds loading one capture's record (its headers, and
     for remote and live captures the spooled payload) before the next is tried.
     ``served`` counts the records sent from this step's captures (``/metrics``).
+    ``load_breakers`` holds a :class:`Breaker` per loader (by its
+    ``describe()``), fed only by the places a loader could not reach (see
+    :func:`find_record`): ``/_ready``, ``/_status`` and ``/metrics`` read
+    them as they read the index sources' breakers.
     """
 
     name: str
@@ -90,6 +106,18 @@ class Step:
     recorder: StepRecorder | None = None
     load_timeout_s: float = 30.0
     served: ServedStats = field(default_factory=ServedStats)
+    load_breakers: dict[str, Breaker] = field(default_factory=dict)
+    #: ``id(loader)`` -> its name and breaker: ``describe()`` runs once per loader.
+    _by_loader: dict[int, tuple[str, Breaker]] = field(default_factory=dict, repr=False)
+
+    def load_breaker(self, loader: ResourceLoader) -> tuple[str, Breaker]:
+        """The name and breaker of ``loader``, one of :attr:`loaders` (made on first use)."""
+        found = self._by_loader.get(id(loader))
+        if found is None:
+            name = loader.describe()
+            breaker = self.load_breakers.setdefault(name, Breaker())
+            found = self._by_loader[id(loader)] = (name, breaker)
+        return found
 
     async def aclose(self) -> None:
         if self.recorder is not None:
@@ -268,14 +296,29 @@ async def find_record(
     """Look up ``query`` step by step and load the first capture that loads.
 
     A step whose captures all fail to load falls through to the next step
-    (pywb ``HandlerSeq``). When no step has a capture at all, the steps are
-    tried again with the collection's fuzzy lookup (pywb ``FuzzyMatcher``;
-    :mod:`gateway.index.fuzzy`). Returns the step, the loaded record (the caller
-    must ``aclose`` it) and the failures met on the way; ``gzip_member``
-    asks loaders for the stored gzip member (:attr:`LoadContext.gzip_member`).
-    Raises
-    :class:`NotFound` (404) listing every failure when no capture loads, or
+    (pywb ``HandlerSeq``), except to a step that records: a capture that
+    exists but could not be loaded (its place unreachable, its file missing
+    or unreadable) is never recorded again as if it were not archived. When
+    no step has a capture at all, the steps are tried again with the
+    collection's fuzzy lookup (pywb ``FuzzyMatcher``;
+    :mod:`gateway.index.fuzzy`). Returns the step, the loaded record (the
+    caller must ``aclose`` it) and the failures met on the way;
+    ``gzip_member`` asks loaders for the stored gzip member
+    (:attr:`LoadContext.gzip_member`).
+
+    Raises :class:`CapturesUnavailable` (503) when captures were found and
+    none loaded while some failed for want of their place: an
+    :class:`~gateway.errors.ArchiveUnavailable` other than an upstream 4xx (a
+    place unreachable, a file that cannot be read, the store's own file
+    missing), a WARC file missing or known to no resolver, a load timeout, a
+    loader skipped by its breaker (pywb's warcserver answers 503 for a
+    missing WARC file as well); :class:`NotFound` (404) listing every failure
+    when no capture loads otherwise (records damaged everywhere, revisits
+    unresolved, self-redirects, unsafe names, ...);
     :class:`AllSourcesFailed` (503) when every source of every step failed.
+    Places that could not be reached (:class:`~gateway.errors.PlaceUnreachable`,
+    an upstream archive unreachable or answering 5xx, a load timeout), and
+    only they, feed the step's :attr:`Step.load_breakers`.
     """
     errors: dict[str, str] = {}
     seen = _Seen()
@@ -295,6 +338,14 @@ async def find_record(
             "this is not an empty answer, retry later",
             errors,
         )
+    if seen.unavailable:
+        raise CapturesUnavailable(
+            f"captures of {query.url} exist but none could be loaded: "
+            f"{len(seen.unavailable)} could not be read where they are "
+            f"({'; '.join(sorted(set(seen.unavailable.values())))[:400]}); "
+            "this is not 'not archived', retry later",
+            errors,
+        )
     message = (
         f"no capture of {query.url} could be loaded"
         if seen.captures
@@ -304,13 +355,15 @@ async def find_record(
 
 
 class _Seen:
-    """What :func:`_first_loadable` met: any capture, and whether every source failed."""
+    """What :func:`_first_loadable` met: any capture, whether every source failed,
+    and the captures that failed for want of their place (``{capture: reason}``)."""
 
-    __slots__ = ("captures", "deadlines", "failed_all")
+    __slots__ = ("captures", "deadlines", "failed_all", "unavailable")
 
     def __init__(self) -> None:
         self.captures = False
         self.failed_all = True
+        self.unavailable: dict[str, str] = {}
         #: Each step's lookup deadline, set by the exact lookup and kept by
         #: the fuzzy retry (one deadline per request and step).
         self.deadlines: dict[int, float] = {}
@@ -327,6 +380,8 @@ async def _first_loadable(
 ) -> tuple[Step, LoadedRecord] | None:
     """The first capture that loads, step by step, for ``query`` or its ``widened`` form."""
     for position, step in enumerate(collection.steps):
+        if step.recorder is not None and seen.unavailable:
+            break  # recording again what exists but cannot be read now would duplicate it
         deadline = seen.deadlines.setdefault(position, step.index.deadline())
         ctx = LoadContext(
             request_url=query.url,
@@ -348,7 +403,7 @@ async def _first_loadable(
         try:
             async for capture in answer:
                 seen.captures = True
-                loaded = await _load_capture(step, capture, ctx, errors)
+                loaded = await _load_capture(step, capture, ctx, errors, seen)
                 if loaded is not None:
                     if step.recorder is not None and step.recorder.wants(capture):
                         loaded = step.recorder.wrap(loaded, ctx.request)
@@ -358,23 +413,53 @@ async def _first_loadable(
     return None
 
 
+def _unavailable(exc: LoadError) -> bool:
+    """True when ``exc`` says the record could not be read where it should be, not
+    what it holds: an :class:`ArchiveUnavailable` (except an upstream archive's 4xx)
+    or a WARC file missing (:class:`ArchiveFileNotFound`: pywb answers 503 too)."""
+    if isinstance(exc, UpstreamStatusError):
+        return exc.status_code >= 500
+    return isinstance(exc, ArchiveUnavailable | ArchiveFileNotFound)
+
+
+def _down(exc: LoadError) -> bool:
+    """True when ``exc`` says the place itself was not reached: a fault of the place,
+    never of one record or of the client's input (what a breaker may count)."""
+    if isinstance(exc, UpstreamStatusError):
+        return exc.status_code >= 500
+    return isinstance(exc, PlaceUnreachable | UpstreamUnreachable)
+
+
 async def _load_capture(
-    step: Step, capture: CdxRecord, ctx: LoadContext, errors: dict[str, str]
+    step: Step, capture: CdxRecord, ctx: LoadContext, errors: dict[str, str], seen: _Seen
 ) -> LoadedRecord | None:
     accepted = False
+    name = _capture_name(capture)
     for loader in step.loaders:
         if not loader.accepts(capture):
             continue
         accepted = True
+        where, breaker = step.load_breaker(loader)
         try:
+            breaker.check(where)
             # Started eagerly: a local record loads without a timer being armed.
-            return await run_within(loader.load(capture, ctx), step.load_timeout_s)
+            loaded = await run_within(loader.load(capture, ctx), step.load_timeout_s)
+        except SourceSkipped as exc:
+            errors[name] = seen.unavailable[name] = exc.reason
         except LoadError as exc:
-            errors[_capture_name(capture)] = exc.message
+            errors[name] = exc.message
+            if _unavailable(exc):
+                seen.unavailable[name] = exc.message
+            if _down(exc):
+                breaker.record_failure(exc.message)
         except TimeoutError:
-            errors[_capture_name(capture)] = (
+            errors[name] = seen.unavailable[name] = (
                 f"load timeout after {step.load_timeout_s:g} s ({loader.describe()})"
             )
+            breaker.record_failure(errors[name], timed_out=True)
+        else:
+            breaker.record_success()
+            return loaded
     if not accepted:
         errors[_capture_name(capture)] = (
             f"no resource loader of step {step.name!r} can load filename "

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 from redis.exceptions import RedisError
 
 from gateway.clients import SharedClients
-from gateway.errors import ArchiveFileNotFound
+from gateway.errors import ArchiveFileNotFound, PlaceUnreachable
 from gateway.redis_keys import (
     REDIS_SCHEMES,
     KeyTemplate,
@@ -153,13 +153,18 @@ class RedisResolver:
 
     def _failure(
         self, exc: RedisError, filename: str, key: bytes | None = None
-    ) -> ArchiveFileNotFound:
+    ) -> ArchiveFileNotFound | PlaceUnreachable:
+        """A key of the wrong type: the index does not know the file (404); any other
+        failure: the path index could not be reached (:class:`PlaceUnreachable`)."""
         if is_wrong_type(exc):
             name = key.decode("utf-8", "replace") if key is not None else self.config.key
             reason = f"key {name!r} is not a hash ({exc}); expected HSET key filename location"
-        else:
-            reason = describe_failure(exc)
-        return ArchiveFileNotFound(
+            return ArchiveFileNotFound(
+                f"{self.describe()}: cannot look up WARC file {filename!r}: {reason}",
+                {self.describe(): reason},
+            )
+        reason = describe_failure(exc)
+        return PlaceUnreachable(
             f"{self.describe()}: cannot look up WARC file {filename!r}: {reason}",
             {self.describe(): reason},
         )

@@ -4,7 +4,7 @@ A :class:`Resolver` turns the ``filename`` field of a capture into candidate
 locations, tried in order by :class:`~gateway.loaders.warc.WarcLoader`:
 absolute local paths, ``http(s)://`` URLs (read with range requests), or
 objects in a storage that open their own ranges
-(:class:`~gateway.loaders.warc_reader.RangeLocation`: S3, below).
+(:class:`~gateway.loaders.warc_sources.RangeLocation`: S3, below).
 Behaviour follows pywb's warcserver ``pathresolvers`` module:
 
 ``prefix`` (pywb ``PrefixResolver``)
@@ -61,7 +61,7 @@ from gateway.paths import absolute_path
 from gateway.registry import LazyRegistry
 
 if TYPE_CHECKING:
-    from gateway.loaders.warc_reader import Location
+    from gateway.loaders.warc_sources import Location
 
 __all__ = [
     "REDIS_SHORTHAND_PREFIXES",
@@ -115,7 +115,7 @@ class Resolver(Protocol):
         """Candidate locations for ``filename``, best first.
 
         Each is an absolute local path, an ``http(s)://`` URL or a
-        :class:`~gateway.loaders.warc_reader.RangeLocation`; an empty list
+        :class:`~gateway.loaders.warc_sources.RangeLocation`; an empty list
         means this resolver does not know the file. Raises
         :class:`~gateway.errors.UnsafeFilename` for a filename that would
         leave the resolver's prefix, and

@@ -32,12 +32,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final, Self
 
 from gateway.clients import SharedClients
-from gateway.errors import ArchiveUnavailable
-from gateway.loaders.warc_reader import Location
+from gateway.loaders.warc_sources import Location
 from gateway.storage.base import RangeReader
 from gateway.storage.errors import StorageError
-from gateway.storage.ranges import open_storage_range
-from gateway.storage.s3 import S3StorageConfig
+from gateway.storage.ranges import open_storage_range, storage_load_error
+from gateway.storage.s3_config import S3StorageConfig
 
 if TYPE_CHECKING:
     from gateway.loaders.resolvers import ResolverConfig
@@ -55,7 +54,7 @@ _FORMS: Final = (
 @dataclass(frozen=True, slots=True, kw_only=True)
 class S3ResolverConfig:
     """``{type: s3, bucket, prefix, endpoint, region}``: as an ``s3`` storage's settings
-    (:class:`~gateway.storage.s3.S3StorageConfig` checks them), read-only.
+    (:class:`~gateway.storage.s3_config.S3StorageConfig` checks them), read-only.
 
     Raises :class:`ValueError` naming the field.
     """
@@ -136,7 +135,7 @@ class S3Resolver:
         try:
             storage = await self._clients.s3_storage(self._storage_config)
         except StorageError as exc:
-            raise ArchiveUnavailable(f"{where}: {exc.problem}", {where: exc.problem}) from exc
+            raise storage_load_error(exc, where) from exc
         return await open_storage_range(storage, name, offset, length, where=where)
 
     def describe(self) -> str:
@@ -150,7 +149,7 @@ class S3Resolver:
 
 class _S3Object:
     """One object of an :class:`S3Resolver`, as a
-    :class:`~gateway.loaders.warc_reader.RangeLocation`."""
+    :class:`~gateway.loaders.warc_sources.RangeLocation`."""
 
     __slots__ = ("_resolver", "name")
 

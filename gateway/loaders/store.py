@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Self
 
 from gateway.cdx.cdxj import CdxRecord
 from gateway.clients import SharedClients
-from gateway.errors import ArchiveFileNotFound, LoadError
+from gateway.errors import ArchiveFileNotFound, ArchiveUnavailable, LoadError
 from gateway.loaders.base import LoadContext, LoadedRecord
 from gateway.loaders.resolvers import check_filename
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
-from gateway.loaders.warc_reader import Location
+from gateway.loaders.warc_sources import Location
 from gateway.store.errors import StoreError
 
 if TYPE_CHECKING:
@@ -106,12 +106,22 @@ class StoreRecordLoader:
         read again: a row of an older release names no date, so its places
         are the flat layout's only, and a migrator (another process) may
         record the date, move the file and remove the old copy between the
-        read of the row and the open. Raises what the WARC loader raises.
+        read of the row and the open. Raises what the WARC loader raises, but a
+        file of the store found at no place and no copy is the store's own failure,
+        not "not archived": :class:`~gateway.errors.ArchiveUnavailable` naming it.
         """
         try:
             return await self._warc.load(capture, ctx)
         except ArchiveFileNotFound:
-            return await self._warc.load(capture, ctx)
+            try:
+                return await self._warc.load(capture, ctx)
+            except ArchiveFileNotFound as exc:
+                raise ArchiveUnavailable(
+                    f"the store's own file {capture.filename!r} is at none of its places "
+                    f"and in no copy ({exc.message}); `gateway store check` says more, "
+                    "`gateway store repair` restores it from a copy when one verifies",
+                    exc.errors,
+                ) from exc
 
     def describe(self) -> str:
         return self._warc.describe()

@@ -63,8 +63,10 @@ from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
 from gateway.clients import SharedClients
 from gateway.errors import (
     ArchiveFileNotFound,
+    ArchiveUnavailable,
     GatewayError,
     LoadError,
+    PlaceUnreachable,
     RecordFormatError,
     RevisitUnresolved,
     SelfRedirect,
@@ -93,13 +95,35 @@ _HTTP_RECORD_TYPES: Final = ("response", "revisit", "request")
 _ARC_ID_NAMESPACE: Final = uuid.UUID("6d3c9a1e-3f57-4a59-9d2e-52a4f1a0c0de")
 
 
+#: How telling a failure at one place is, least first: when no place serves the record,
+#: the most telling one is raised. A place that was not reached may hold the record when
+#: it is back (503, :mod:`gateway.index.collection`); bytes that are not a record (a
+#: damaged file) say more than a file missing from one place.
+_FAILURE_RANK: Final[tuple[type[LoadError], ...]] = (
+    ArchiveFileNotFound,
+    LoadError,
+    RecordFormatError,
+    ArchiveUnavailable,
+    PlaceUnreachable,
+)
+
+
+def _worse(worst: type[LoadError], failed: type[LoadError]) -> type[LoadError]:
+    """The more telling of two failures, as its class in :data:`_FAILURE_RANK`."""
+
+    def rank(kind: type[LoadError]) -> int:
+        return max(i for i, known in enumerate(_FAILURE_RANK) if issubclass(kind, known))
+
+    return _FAILURE_RANK[max(rank(worst), rank(failed))]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WarcLoaderConfig:
     """The ``resource:`` entries of one collection step, tried in order.
 
     ``chunk_bytes`` is the size of each read from a file or HTTP body (the
     default 256 KiB reads most records whole, in one read and one inflate:
-    see :mod:`gateway.loaders.warc_reader`); records whose CDX ``length`` is
+    see :mod:`gateway.loaders.warc_stream`); records whose CDX ``length`` is
     at most ``inline_read_max_bytes`` are read on the event loop, longer ones
     through a worker thread.
     """
@@ -197,6 +221,7 @@ class WarcLoader:
                 continue
             except LoadError as exc:
                 looked[resolver.describe()] = exc.message
+                worst = _worse(worst, type(exc))
                 continue
             for location in locations:
                 where = str(location)
@@ -212,13 +237,9 @@ class WarcLoader:
                     )
                 except ArchiveFileNotFound as exc:
                     looked[where] = exc.errors.get(where, exc.message)
-                except RecordFormatError as exc:
-                    looked[where] = exc.message
-                    worst = RecordFormatError
                 except LoadError as exc:
                     looked[where] = exc.message
-                    if worst is ArchiveFileNotFound:
-                        worst = LoadError
+                    worst = _worse(worst, type(exc))
                 else:
                     if opened.is_arc:
                         record_id = uuid.uuid5(_ARC_ID_NAMESPACE, f"{filename}#{offset}")

@@ -80,7 +80,14 @@ from warcio.timeutils import iso_date_to_timestamp
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
-from gateway.errors import ArchiveFileNotFound, LoadError, UpstreamStatusError, UpstreamUnreachable
+from gateway.errors import (
+    ArchiveFileNotFound,
+    ArchiveUnavailable,
+    LoadError,
+    PlaceUnreachable,
+    UpstreamStatusError,
+    UpstreamUnreachable,
+)
 from gateway.loaders import LOADER_TYPES
 from gateway.loaders.base import LoadContext
 from gateway.loaders.live import LiveLoader
@@ -88,10 +95,12 @@ from gateway.loaders.replay import ReplayLoader
 from gateway.loaders.resolvers import resolver_config_from_shorthand
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.sources.store import StoreRecordLoader, StoreSource
-from gateway.storage.s3 import S3Storage, S3StorageConfig
+from gateway.storage.s3 import S3Storage
+from gateway.storage.s3_config import S3StorageConfig
 from gateway.storage.settings import RetentionPolicy, StorageSpec
 from gateway.store import Store, StoreSettings
-from gateway.store.replication.director import run_pass
+from gateway.store.object_types import BATCH, COPY
+from gateway.store.replication.passes import enqueue_pass, open_jobs, report_of, work_pass
 from tests.conftest import free_port
 from tests.loaders.conftest import make_finder
 from tests.loaders.contract_support import (
@@ -292,7 +301,12 @@ async def _replicated_store(env: LoaderEnv, folder: str, *, replicate: bool) -> 
     )
     store, built = await _store_built(env, settings)
     if replicate:
-        report = await run_pass(store.replicas)
+        db, ctx = await open_jobs(store.layout.root, settings, None, [BATCH, COPY], "test")
+        try:
+            objects = await work_pass(ctx, await enqueue_pass(store.replicas, ctx))
+        finally:
+            await db.close()
+        report = report_of(objects)
         assert report.ok, report
         assert report.outcomes == {"copied": len(CONTRACT_WARCS)}, report
     for path in warc_files(store.warc_dir):
@@ -396,11 +410,12 @@ LOADER_KINDS: Final[dict[str, Kind]] = {
     "warc-path-index": Kind(
         WarcLoader, build_warc_path_index, broken_warc_path_index, ArchiveFileNotFound
     ),
-    "warc-redis": Kind(WarcLoader, build_warc_redis, broken_warc_redis, ArchiveFileNotFound),
+    "warc-redis": Kind(WarcLoader, build_warc_redis, broken_warc_redis, PlaceUnreachable),
     "warc-s3": Kind(WarcLoader, build_warc_s3, broken_warc_s3, ArchiveFileNotFound),
-    "store": Kind(StoreRecordLoader, build_store, broken_store, ArchiveFileNotFound),
+    # The store's own file at none of its places: its failure, not "not archived".
+    "store": Kind(StoreRecordLoader, build_store, broken_store, ArchiveUnavailable),
     "store-replica": Kind(
-        StoreRecordLoader, build_store_replica, broken_store_replica, ArchiveFileNotFound
+        StoreRecordLoader, build_store_replica, broken_store_replica, ArchiveUnavailable
     ),
     "replay": Kind(ReplayLoader, build_replay, broken_replay, UpstreamUnreachable),
     "replay-pywb": Kind(

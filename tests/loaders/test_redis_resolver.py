@@ -15,7 +15,7 @@ import redis.asyncio
 
 from gateway.clients import SharedClients
 from gateway.config import parse_config
-from gateway.errors import ArchiveFileNotFound
+from gateway.errors import ArchiveFileNotFound, PlaceUnreachable
 from gateway.loaders.redis_resolver import RedisResolver, RedisResolverConfig
 from gateway.loaders.resolvers import (
     REDIS_SHORTHAND_PREFIXES,
@@ -114,11 +114,12 @@ async def test_a_template_asks_every_matching_hash_in_key_order(
     assert await empty.locate("a.warc.gz") == []
 
 
-async def test_failures_are_archive_file_not_found(
+async def test_failures_are_archive_file_not_found_or_the_index_down(
     rclient: redis.asyncio.Redis, redis_server: str, prefix: str, clients: SharedClients
 ) -> None:
+    # Redis down is the path index unreachable (a 503 upstream), not "no such file".
     down = resolver(f"warc-index+redis://127.0.0.1:{free_port()}/0/k", clients)
-    with pytest.raises(ArchiveFileNotFound, match="connection refused"):
+    with pytest.raises(PlaceUnreachable, match="connection refused"):
         await down.locate("a.warc.gz")
     await rclient.zadd(f"{prefix}:z", {"a.warc.gz": 0})
     with pytest.raises(ArchiveFileNotFound, match=f"key '{prefix}:z' is not a hash"):

@@ -401,5 +401,6 @@ collections:
     assert all("'example.warc.gz': no configured resolver knows it" in r for r in reasons)
 
     down = await client.get("/down/resource?url=iana.org")
-    assert down.status == 404
+    assert down.status == 503  # the path index is down: not "not archived" (issue 25 §5)
+    assert down.headers["Retry-After"]
     assert "connection refused" in json.dumps(await down.json())

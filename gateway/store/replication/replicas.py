@@ -35,13 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
-from gateway.errors import ArchiveFileNotFound, ArchiveUnavailable, LoadError
+from gateway.errors import ArchiveFileNotFound, LoadError
 from gateway.storage.base import RangeReader, Storage
 from gateway.storage.errors import StorageError
 from gateway.storage.pool import StoragePool
-from gateway.storage.ranges import open_storage_range
+from gateway.storage.ranges import open_storage_range, storage_load_error
 from gateway.storage.settings import PRIMARY
-from gateway.store.db import BUSY_TIMEOUT_MS, IndexDB
+from gateway.store.connection import BUSY_TIMEOUT_MS
+from gateway.store.db import IndexDB
 from gateway.store.layout import OPEN_SUFFIX, Layout, Placed
 from gateway.store.replication.copy_status import (
     CopySummary,
@@ -270,7 +271,7 @@ class _Attempt:
 
 class ReplicaLocation:
     """A copy of a store file on one storage, as a
-    :class:`~gateway.loaders.warc_reader.RangeLocation` (see the module docstring)."""
+    :class:`~gateway.loaders.warc_sources.RangeLocation` (see the module docstring)."""
 
     __slots__ = ("_attempt", "_replicas", "filename", "storage")
 
@@ -297,7 +298,7 @@ class ReplicaLocation:
             try:
                 storage = await replicas.pool.get(self.storage)
             except StorageError as exc:
-                raise ArchiveUnavailable(f"{where}: {exc.problem}", {where: exc.problem}) from exc
+                raise storage_load_error(exc, where) from exc
             reader = await open_storage_range(storage, self.filename, offset, length, where=where)
         except LoadError:
             replicas.reads.count(replicas.reads.failed, self.storage)
