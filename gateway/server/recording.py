@@ -31,7 +31,14 @@ from gateway.clients import SharedClients
 from gateway.loaders.base import LoadContext, LoadedRecord, ResourceLoader, WrappedRequest
 from gateway.loaders.live import LiveLoadedRecord
 from gateway.sources.store import StoreSource
-from gateway.store import CaptureAck, CaptureInput, HttpRequest, HttpResponse, StoreError
+from gateway.store import (
+    CaptureAck,
+    CaptureInput,
+    HttpRequest,
+    HttpResponse,
+    StoreError,
+    StoreWriteError,
+)
 from gateway.store.settings import DedupPolicy
 
 __all__ = ["Recorder"]
@@ -64,7 +71,7 @@ class Recorder:
         self.dedup = dedup
         self.skip_if_updated_days = skip_if_updated_days
         #: Hand-overs to the store still running (the store's queue may be full).
-        self._pending: set[asyncio.Task[None]] = set()
+        self._pending: set[asyncio.Task[asyncio.Future[CaptureAck] | None]] = set()
         self._store_source = StoreSource(
             name=STORE_MEMBER, store=lambda: clients.store, clients=clients
         )
@@ -98,32 +105,47 @@ class Recorder:
             return loaded
         source = loaded.body
 
+        durable = store.settings.durable_ack
+
         async def tee() -> AsyncIterator[bytes]:
             # Created on first read (a HEAD never reads the body); closed here
             # unless handed over to the store, which then owns and closes it.
             spool: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115
             complete = False
+            held = b""  # with durable_ack, the last chunk waits for the store
             try:
                 async for chunk in source:
                     spool.write(chunk)
-                    yield chunk
+                    if durable:
+                        if held:
+                            yield held
+                        held = chunk
+                    else:
+                        yield chunk
                 complete = True
             finally:
                 if complete:
-                    self._hand_over(loaded, request, spool)
+                    handed = self._hand_over(loaded, request, spool)
                 else:
                     spool.close()
+            if durable:
+                await _stored(handed, loaded.target_uri)
+                if held:
+                    yield held
 
         loaded.body = tee()
         return loaded
 
-    def _hand_over(self, loaded: LoadedRecord, request: WrappedRequest, spool: IO[bytes]) -> None:
-        """Submit in a task of its own: neither the client (whose response ends
-        now) nor a cancelled handler (the client went away) waits for it or
-        cancels it while the store's queue is full."""
+    def _hand_over(
+        self, loaded: LoadedRecord, request: WrappedRequest, spool: IO[bytes]
+    ) -> asyncio.Task[asyncio.Future[CaptureAck] | None]:
+        """Submit in a task of its own: a cancelled handler (the client went away)
+        never cancels it while the store's queue is full. Returns the task, whose
+        result is the capture's acknowledgement future (None: not recorded)."""
         task = asyncio.get_running_loop().create_task(self._submit(loaded, request, spool))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+        return task
 
     async def aclose(self) -> None:
         """Wait for hand-overs still running (before the store closes)."""
@@ -132,17 +154,17 @@ class Recorder:
 
     async def _submit(
         self, loaded: LoadedRecord, request: WrappedRequest, spool: IO[bytes]
-    ) -> None:
+    ) -> asyncio.Future[CaptureAck] | None:
         store = self.clients.store
         if store is None:
             spool.close()
-            return
+            return None
         try:
             response = HttpResponse.from_header_block(loaded.http_headers)
         except ValueError as exc:
             logger.warning("not recording %s: %s", loaded.target_uri, exc)
             spool.close()
-            return
+            return None
         spool.seek(0)
         capture = CaptureInput(
             url=loaded.target_uri,
@@ -156,8 +178,25 @@ class Recorder:
             future = await store.submit(capture)
         except StoreError as exc:  # closed or failing: the served answer stands
             logger.warning("not recording %s: %s", loaded.target_uri, exc)
-            return
+            return None
         future.add_done_callback(_log_failure)
+        return future
+
+
+async def _stored(handed: asyncio.Task[asyncio.Future[CaptureAck] | None], url: str) -> None:
+    """Wait until the capture handed over is durable in the store (``durable_ack``).
+
+    Shielded: a client that leaves does not cancel the write. Raises
+    :class:`StoreWriteError` when it was not stored, so that the response is
+    cut short before its last bytes: a complete answer means stored.
+    """
+    future = await asyncio.shield(handed)
+    if future is None:
+        raise StoreWriteError(f"{url}: not stored; the answer is cut short (durable_ack)")
+    try:
+        await asyncio.shield(future)
+    except StoreError as exc:
+        raise StoreWriteError(f"{url}: not stored ({exc}); the answer is cut short") from exc
 
 
 def _request_sent(loaded: LoadedRecord, wrapped: WrappedRequest) -> HttpRequest:

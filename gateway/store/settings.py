@@ -11,6 +11,7 @@ Example::
     store:
       root: ./archive/store
       rollover_bytes: 1000000000
+      rollover_s: 300
       dedup: revisit
       fsync: always
 """
@@ -137,13 +138,25 @@ class StoreSettings:
 
     - ``root``: the store directory (``warcs/``, ``index.sqlite3``,
       ``incoming/``, ``invalid/`` and the lock files live under it; see
-      :mod:`gateway.store.layout`); relative paths are taken from the working
-      directory. The default, ``./archive/store``, is a directory of its
-      own: the default config's collection reads ``./archive/indexes/`` and
+      :mod:`gateway.store.layout`); a relative path is made absolute when
+      the config is loaded (:mod:`gateway.paths`). The default,
+      ``./archive/store``, is a directory of its own: the default config's
+      collection reads ``./archive/indexes/`` and
       ``./archive/warcs/``, which the store never writes.
     - ``rollover_bytes``: a WARC file is closed and a new one started once it
       reaches this size (a capture is never split, so a file can exceed it by
       one capture).
+    - ``rollover_s``: ... and once it has been open this many seconds, when
+      captures come and when none do (the writer wakes for it): a capture
+      waits at most this long, plus the copy time, to be replicated
+      (:mod:`gateway.store.integrity.safety`). Default 300; up to 86400.
+    - ``durable_ack``: when true, a recorded answer's last bytes wait until its
+      capture is durable in the store (written, fsynced under ``fsync:
+      always``, indexed), and the answer is cut short when it is not stored:
+      a client that received a complete answer knows it is stored. When
+      false (the default), the answer ends as soon as it is sent and the
+      capture is written after it; a recording host killed right then loses
+      the captures it answered and had not yet written.
     - ``dedup``: the default :data:`DedupPolicy`; a recording step may pass
       its collection's own policy with each capture.
     - ``fsync``: the :data:`FsyncPolicy`.
@@ -166,6 +179,8 @@ class StoreSettings:
 
     root: str = DEFAULT_ROOT
     rollover_bytes: int = 1_000_000_000
+    rollover_s: float = 300.0
+    durable_ack: bool = False
     dedup: DedupPolicy = "revisit"
     fsync: FsyncPolicy = "always"
     warc_prefix: str = "gateway"
@@ -182,6 +197,10 @@ class StoreSettings:
         object.__setattr__(self, "root", absolute_path(self.root))
         if self.rollover_bytes < 1:
             raise ValueError(f"rollover_bytes: {self.rollover_bytes} is not a positive size")
+        if not 0 < self.rollover_s <= 86_400:
+            raise ValueError(
+                f"rollover_s: {self.rollover_s} is not a duration from 0 to 86400 seconds"
+            )
         if self.dedup not in DEDUP_POLICIES:
             raise ValueError(f"dedup: {self.dedup!r} is not one of {', '.join(DEDUP_POLICIES)}")
         if self.fsync not in FSYNC_POLICIES:

@@ -41,18 +41,20 @@ import asyncio
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
 from gateway.store.capture import CaptureAck, CaptureInput, Outcome
-from gateway.store.db import FileRow, IndexDB, StoredRow
+from gateway.store.db import IndexDB
 from gateway.store.errors import StoreClosed, StoreWriteError
 from gateway.store.indexing import IndexRow
 from gateway.store.layout import Layout
 from gateway.store.migration.layout_steps import ensure_current, needs_move
 from gateway.store.records import prepare_capture, write_capture
+from gateway.store.rows import FileRow, StoredRow
 from gateway.store.settings import DedupPolicy, StoreSettings
 from gateway.store.warcfile import FaultInjector, OpenWarc, remove_open_link
 
@@ -150,6 +152,8 @@ class StoreWriter:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._warc: OpenWarc | None = None
+        #: When the open file was created (``time.monotonic()``), for ``rollover_s``.
+        self._opened_at = 0.0
         self._links: list[asyncio.TimerHandle] = []
         self._cleanup: set[asyncio.Task[None]] = set()
         #: Moves of closed files to the current layout (awaited, never cancelled, at close).
@@ -209,7 +213,7 @@ class StoreWriter:
         held: _Call[Any] | _Job | None = None
         has_held = False
         while True:
-            item = held if has_held else await self._queue.get()
+            item = held if has_held else await self._next()
             has_held = False
             if item is None:
                 return
@@ -224,6 +228,22 @@ class StoreWriter:
                     break
                 jobs.append(nxt)
             await self._run_batch(jobs)
+
+    async def _next(self) -> _Job | _Call[Any] | None:
+        """The next queued item; while none comes, the open file is closed once it has
+        been open ``rollover_s`` (a capture never waits longer to be replicated)."""
+        while True:
+            if self._warc is None:
+                return await self._queue.get()
+            left_s = self._opened_at + self.settings.rollover_s - time.monotonic()
+            try:
+                async with asyncio.timeout(max(left_s, 0.0)):
+                    return await self._queue.get()
+            except TimeoutError:
+                batch = _Batch(results=[])
+                await asyncio.to_thread(self._rotate_if_full, batch)
+                for file, path in batch.closed_links:
+                    self._keep_link(file, path)
 
     async def _run_call(self, call: _Call[Any]) -> None:
         try:
@@ -307,6 +327,7 @@ class StoreWriter:
 
     def _current(self) -> OpenWarc:
         if self._warc is None:
+            self._opened_at = time.monotonic()
             self._warc = OpenWarc.create(
                 self.layout,
                 self.db,
@@ -335,9 +356,13 @@ class StoreWriter:
         return batch
 
     def _rotate_if_full(self, batch: _Batch) -> None:
-        """Close the open file once it reaches ``rollover_bytes`` (after its group is durable)."""
+        """Close the open file once it reaches ``rollover_bytes`` or has been open
+        ``rollover_s`` (after its group is durable)."""
         warc = self._warc
-        if warc is None or warc.size < self.settings.rollover_bytes:
+        if warc is None:
+            return
+        age_s = time.monotonic() - self._opened_at
+        if warc.size < self.settings.rollover_bytes and age_s < self.settings.rollover_s:
             return
         self._make_durable(batch)
         if self._warc is not warc:  # abandoned while making the group durable
