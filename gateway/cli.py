@@ -69,8 +69,15 @@ def _serve(args: argparse.Namespace) -> int:
         # The jobs' plugins resolve now, or the bad config stops start-up; each
         # serving process makes its own service (create_app), one of them runs it.
         JobsService.from_config(config, role="serve")
+        if config.uses_store:
+            from gateway.store.store import check_store
+
+            check_store(config.store)
     except ConfigError as exc:
         print(f"gateway: bad config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:  # known before anything starts: said once, exit 2
+        print(f"gateway: {exc}", file=sys.stderr)
         return 2
     try:
         sock = _listen(args.host, args.port)

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     import redis.asyncio
 
     from gateway.storage.base import Storage
-    from gateway.storage.s3 import S3StorageConfig
+    from gateway.storage.s3_config import S3StorageConfig
     from gateway.store import Store
+    from gateway.store.integrity.status import CachedSafety
 
 __all__ = ["ClientSettings", "SharedClients"]
 
@@ -61,8 +62,10 @@ class SharedClients:
         self._redis: dict[str, redis.asyncio.Redis] = {}
         self._s3: dict[S3StorageConfig, Storage] = {}
         self._s3_lock: asyncio.Lock | None = None
-        #: The snapshot store, opened by the app when a collection uses it.
+        #: The snapshot store, opened by the app when a collection uses it, and
+        #: its safety report (``/_status``, ``/metrics``, the page).
         self.store: Store | None = None
+        self.store_safety: CachedSafety | None = None
 
     async def start(self) -> None:
         """Create the ClientSession (call from a running event loop)."""

@@ -27,6 +27,7 @@ whose sources all failed a 503 page naming each failure.
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import functools
 import re
@@ -39,7 +40,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from gateway.api.common import collection_for
-from gateway.api.keys import COLLECTIONS
+from gateway.api.keys import CLIENTS, COLLECTIONS
 from gateway.cdx.query import parse_query
 from gateway.errors import BadRequest, GatewayError
 
@@ -115,12 +116,21 @@ def _sources(collection: Collection) -> list[tuple[str, list[_Source]]]:
 
 
 async def home_page(request: web.Request) -> web.Response:
-    """``GET /`` for browsers: every collection, its sources' health and a search form."""
+    """``GET /`` for browsers: every collection, its sources' health and a search form,
+    and, with a store, its safety in one line (:mod:`gateway.store.integrity.safety`:
+    the report ``/_status`` and ``store copies`` give)."""
     collections = [
         (name, collection.is_sequence, _sources(collection))
         for name, collection in request.app[COLLECTIONS].items()
     ]
-    return _render("home.html", collections=collections)
+    cached = request.app[CLIENTS].store_safety
+    safety = await asyncio.to_thread(cached.get) if cached is not None else None
+    return _render(
+        "home.html",
+        collections=collections,
+        store_safe=None if safety is None else safety.all_safe,
+        store_line=None if safety is None else safety.summary_line(),
+    )
 
 
 @dataclass(frozen=True, slots=True)

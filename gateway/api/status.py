@@ -52,11 +52,13 @@ async def root_handler(request: web.Request) -> web.Response:
 
 
 async def status_handler(request: web.Request) -> web.Response:
-    """Circuit-breaker state of every member: ``{"breakers": {coll: {step: {member: state}}}}``.
+    """Circuit-breaker state of every member: ``{"breakers": {coll: {step: {member: state}}}}``,
+    and of every resource loader that has loaded: ``{"loaders": {coll: {step: {loader: state}}}}``.
 
-    With a store that replicates (``store.storages``), also ``"store"``: its
-    files by safety, storages that cannot be opened, and reads from replicas
-    (:func:`gateway.store.replication.status.replication_status`).
+    With a store, also ``"store"``: whether every capture is safe, files by
+    safety, the captures not yet safe and the oldest one's wait, copies by
+    place, storages that cannot be opened, and reads from replicas
+    (:func:`gateway.store.integrity.status.store_status`).
     """
     breakers = {
         name: {
@@ -65,12 +67,21 @@ async def status_handler(request: web.Request) -> web.Response:
         }
         for name, collection in request.app[COLLECTIONS].items()
     }
-    body: dict[str, object] = {"breakers": breakers}
-    store = request.app[CLIENTS].store
-    if store is not None and store.settings.storages:
-        from gateway.store.replication.status import replication_status
+    loaders = {
+        name: {
+            step.name: {loader: breaker.state() for loader, breaker in step.load_breakers.items()}
+            for step in collection.steps
+        }
+        for name, collection in request.app[COLLECTIONS].items()
+    }
+    body: dict[str, object] = {"breakers": breakers, "loaders": loaders}
+    clients = request.app[CLIENTS]
+    if clients.store is not None and clients.store_safety is not None:
+        from gateway.store.integrity.status import store_status
 
-        body["store"] = await asyncio.to_thread(replication_status, store.replicas)
+        body["store"] = await asyncio.to_thread(
+            store_status, clients.store.replicas, clients.store_safety
+        )
     return web.json_response(body)
 
 

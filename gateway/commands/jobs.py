@@ -11,7 +11,8 @@ Both read the ``store:`` and ``jobs:`` sections of the config (default
 ``gateway serve`` or other worker on the same store (claims are
 compare-and-swap writes); SIGTERM or SIGINT stops claiming, lets the ticks
 in hand finish within their limits, and exits 0. Exit status: 0 success, 1
-a failure while running, 2 a bad config or no store (``jobs``).
+a failure while running, 2 a bad config, a config that uses no store (both
+say so, and neither creates one), or no store yet (``jobs``).
 
 This module imports nothing heavy at import time: the ``gateway`` parser
 registers these commands without loading the jobs machinery.
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.server.logs import add_logging_arguments
 
@@ -39,7 +40,16 @@ def _service(config_path: str, command: str) -> JobsService | None:
     from gateway.server.jobs_service import JobsService
 
     try:
-        return JobsService.from_config(load_config(config_path), role="worker")
+        config = load_config(config_path)
+        if not config.uses_store:
+            print(
+                f"gateway {command}: {config_path} uses no store (no `store:` section, no "
+                "$store source, no step that records): there is no background work here; "
+                "add a `store:` section to run it",
+                file=sys.stderr,
+            )
+            return None
+        return JobsService.from_config(config, role="worker")
     except ConfigError as exc:
         print(f"gateway {command}: bad config {config_path}: {exc}", file=sys.stderr)
         return None
@@ -96,12 +106,34 @@ def _jobs(args: argparse.Namespace) -> int:
         print(f"gateway jobs: no store at {service.layout.root}", file=sys.stderr)
         return 2
     report = service.read_report()
+    body, line = _safety(service)
     if args.json:
+        report["store_safety"] = body
         print(json.dumps(report, indent=2))
     else:
         print(f"jobs of {service.layout.root} at {report['now']}")
         print(format_report(report))
+        print(f"store safety: {line}")
     return 0
+
+
+def _safety(service: JobsService) -> tuple[dict[str, Any] | str, str]:
+    """The store's safety now (:mod:`gateway.store.integrity.safety`), as the other
+    reports give it: ``(its JSON, its line)``, or why it cannot be read (an index
+    without the store's tables) twice."""
+    import sqlite3
+    import time
+
+    from gateway.store.integrity.safety import policy_for, read_safety_at
+
+    now = time.time()
+    policy = policy_for(service.store_settings, service.settings.scrub_interval_days, now)
+    try:
+        safety = read_safety_at(service.db_path, policy, now)
+    except sqlite3.Error as exc:
+        why = f"not known: the index cannot be read for it ({exc})"
+        return why, why
+    return safety.to_json(), safety.summary_line()
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,7 +14,8 @@
     gateway store copies [--config FILE] [--json] [FILE...]
     gateway store scrub [--config FILE] [--max-duration SECONDS] [--progress | --no-progress]
 
-``replicate``, ``copies`` and ``scrub`` are :mod:`gateway.commands.replication`.
+``replicate``, ``copies`` and ``scrub`` are :mod:`gateway.commands.replication`;
+``migrate`` runs in :mod:`gateway.commands.migration`.
 
 ``--root`` defaults to ``./archive/store``; ``--config`` takes the
 ``store:`` section of a collections.yaml (through ``gateway.config``, the
@@ -45,7 +46,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from gateway.errors import ConfigError
 from gateway.progress import add_progress_argument
@@ -65,6 +66,9 @@ __all__ = ["SettingsLoader", "add_store_commands", "add_subcommands", "main"]
 
 #: ``loader(config_path) -> StoreSettings``: reads the ``store:`` section.
 SettingsLoader = Callable[[str], "StoreSettings"]
+
+#: What ``add_store_commands`` adds its commands to.
+_Leaves: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 _TS = re.compile(r"\d{1,14}")
 
@@ -191,8 +195,19 @@ def _cmd_add(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+#: What a refusal for a wrong Content-Length advises (docs/store.md, "What store add accepts").
+_RECOMPRESS_HINT = (
+    "  warcio and pywb read past a wrong Content-Length (so `gateway index` indexes such a "
+    "file and the gateway serves it from where it is); the store keeps only records it can "
+    "frame. To store it: `warcio recompress {source} FIXED.warc.gz` rewrites every record "
+    "with its true length, then `gateway store add FIXED.warc.gz`"
+)
+
+
 def _report_refused(bar: Bar, source: object, reason: str) -> None:
     problems = "".join(f"\n  {line}" for line in reason.splitlines())
+    if "wrong Content-Length" in reason:
+        problems += "\n" + _RECOMPRESS_HINT.format(source=source)
     bar.write(
         f"gateway store add: {source}: refused, nothing was changed:{problems}", file=sys.stderr
     )
@@ -254,15 +269,23 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from gateway.store.integrity.check import check_store
     from gateway.store.layout import layout_for
 
-    layout = layout_for(_settings(args).root)
+    settings = _settings(args)
+    layout = layout_for(settings.root)
     if _no_store("check", layout):
         return 2
-    report = check_store(layout, progress=args.progress)
+    import time
+
+    from gateway.store.integrity.safety import policy_for
+
+    policy = policy_for(settings, _jobs_settings(args).scrub_interval_days, time.time())
+    report = check_store(layout, progress=args.progress, policy=policy)
     for note in report.notes:
         print(f"note: {note}")
     for problem in report.problems:
         print(problem)
     print(f"store check: {report.summary()}")
+    if report.safety is not None:  # whole records are not yet replicated ones
+        print(f"store check: safety: {report.safety.summary_line()}")
     return 0 if report.ok else 1
 
 
@@ -274,7 +297,13 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     layout = layout_for(settings.root)
     if _no_store("repair", layout):
         return 2
-    report = repair_store(layout, progress=args.progress)
+    if settings.storages:
+        from gateway.store.integrity.restore import Restorer
+
+        with Restorer(settings, layout) as restorer:
+            report = repair_store(layout, progress=args.progress, restorer=restorer)
+    else:
+        report = repair_store(layout, progress=args.progress)
     for line in report.recovery.describe() + report.actions:
         print(f"repair: {line}")
     for problem in report.final.problems:
@@ -297,7 +326,7 @@ def _cmd_replicate(args: argparse.Namespace) -> int:
 def _cmd_copies(args: argparse.Namespace) -> int:
     from gateway.commands.replication import cmd_copies
 
-    return cmd_copies(args, _settings(args))
+    return cmd_copies(args, _settings(args), _jobs_settings(args))
 
 
 def _cmd_scrub(args: argparse.Namespace) -> int:
@@ -317,51 +346,9 @@ def _seconds(text: str) -> float:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    import signal
-    import threading
+    from gateway.commands.migration import cmd_migrate
 
-    from gateway.progress import progress_bar
-    from gateway.store.db import IndexDB
-    from gateway.store.layout import layout_for
-    from gateway.store.migration.migrator import MigrationReport, open_shared, run_migration
-
-    layout = layout_for(_settings(args).root)
-    stopping = threading.Event()
-
-    def stop(signum: int, frame: object) -> None:
-        stopping.set()
-
-    def once(db: IndexDB, resume: str | None) -> MigrationReport:
-        # The bar counts the index pass's files, then every file on disk.
-        total = db.count_files_to_move(layout.current) + db.count_files()
-        with progress_bar("store migrate", total, unit="file", enabled=args.progress) as bar:
-            report = MigrationReport(say=lambda line: bar.write(line, file=sys.stdout))
-            run_migration(
-                layout,
-                db,
-                report,
-                batch_size=args.batch_size,
-                resume_from=resume,
-                stop=stopping.is_set,
-                on_file=lambda _: bar.update(1),
-            )
-        print(f"store migrate: {report.summary()}")
-        return report
-
-    main = threading.current_thread() is threading.main_thread()  # where signals are handled
-    signals = (signal.SIGINT, signal.SIGTERM) if main else ()
-    previous = {sig: signal.signal(sig, stop) for sig in signals}
-    try:
-        with open_shared(layout) as db:
-            report = once(db, args.resume_from)
-            while args.continuous and not stopping.wait(args.interval):
-                report = once(db, None)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if args.continuous and report.stopped and report.stopped_at is None:
-        report.stopped = False  # stopped between passes, or in a pass that runs again anyway
-    return 0 if report.clean else 1
+    return cmd_migrate(args, _settings(args))
 
 
 def _positive(text: str) -> int:
@@ -407,6 +394,18 @@ def add_store_commands(
     settings_loader: SettingsLoader | None = None,
 ) -> None:
     """Register ``add``, ``history``, ``check``, ``repair``, ``migrate``; each sets ``run``."""
+    _register_add(leaves, settings_loader)
+    _register_history(leaves, settings_loader)
+    _register_check(leaves, settings_loader)
+    _register_repair(leaves, settings_loader)
+    _register_migrate(leaves, settings_loader)
+    _register_replicate(leaves, settings_loader)
+    _register_copies(leaves, settings_loader)
+    _register_scrub(leaves, settings_loader)
+
+
+def _register_add(leaves: _Leaves, settings_loader: SettingsLoader | None) -> None:
+    """``store add``: import WARC/ARC files."""
     add = leaves.add_parser(
         "add", help="import WARC/ARC files (verify with warcio, copy, index); beside a gateway too"
     )
@@ -422,6 +421,9 @@ def add_store_commands(
     )
     add.set_defaults(run=_guarded("add", _cmd_add))
 
+
+def _register_history(leaves: _Leaves, settings_loader: SettingsLoader | None) -> None:
+    """``store history``: the stored versions of a URL."""
     history = leaves.add_parser("history", help="list the stored versions of a URL")
     _common(history, settings_loader)
     history.add_argument("url", metavar="URL")
@@ -443,6 +445,9 @@ def add_store_commands(
     history.add_argument("--output", choices=("cdxj", "json"), default="cdxj")
     history.set_defaults(run=_guarded("history", _cmd_history))
 
+
+def _register_check(leaves: _Leaves, settings_loader: SettingsLoader | None) -> None:
+    """``store check``: verify every record and index entry."""
     check = leaves.add_parser(
         "check", help="verify every record and index entry; exits 1 on problems"
     )
@@ -450,6 +455,9 @@ def add_store_commands(
     add_progress_argument(check)
     check.set_defaults(run=_guarded("check", _cmd_check))
 
+
+def _register_repair(leaves: _Leaves, settings_loader: SettingsLoader | None) -> None:
+    """``store repair``: fix what check finds."""
     repair = leaves.add_parser(
         "repair", help="fix what check finds (stop every process using the store first)"
     )
@@ -463,6 +471,9 @@ def add_store_commands(
     )
     repair.set_defaults(run=_guarded("repair", _cmd_repair))
 
+
+def _register_migrate(leaves: _Leaves, settings_loader: SettingsLoader | None) -> None:
+    """``store migrate``: move files to the current layout."""
     migrate = leaves.add_parser(
         "migrate",
         help="move files to the current layout, import orphans, merge duplicates; "
@@ -496,6 +507,9 @@ def add_store_commands(
     )
     migrate.set_defaults(run=_guarded("migrate", _cmd_migrate))
 
+
+def _register_replicate(leaves: _Leaves, settings_loader: SettingsLoader | None) -> None:
+    """``store replicate``: copy closed WARC files to the storages."""
     replicate = leaves.add_parser(
         "replicate",
         help="copy closed WARC files to the storages until the retention policy holds",
@@ -507,6 +521,9 @@ def add_store_commands(
     )
     replicate.set_defaults(run=_guarded("replicate", _cmd_replicate))
 
+
+def _register_copies(leaves: _Leaves, settings_loader: SettingsLoader | None) -> None:
+    """``store copies``: where each file's copies are."""
     copies = leaves.add_parser(
         "copies", help="where each file's copies are (status per storage) and a summary"
     )
@@ -515,6 +532,9 @@ def add_store_commands(
     copies.add_argument("files", nargs="*", metavar="FILE", help="only these files (names)")
     copies.set_defaults(run=_guarded("copies", _cmd_copies))
 
+
+def _register_scrub(leaves: _Leaves, settings_loader: SettingsLoader | None) -> None:
+    """``store scrub``: verify copies, time-boxed."""
     scrub = leaves.add_parser(
         "scrub", help="verify copies (SHA-256), least recently verified first, time-boxed"
     )

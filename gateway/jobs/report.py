@@ -46,12 +46,17 @@ def _type_report(
             (now,),
         ).fetchall()
     )
+    # An object in a final state has its outcome in its state (and its result):
+    # the errors met on the way there are history, not current errors.
+    finals = ", ".join("?" * len(object_type.final))
+    not_final = f" AND status NOT IN ({finals})" if finals else ""
     errors = [
         {"id": i, "status": s, "attempts": a, "error": e, "at": at}
         for i, s, a, e, at in conn.execute(
             f"SELECT id, status, attempts, last_error, last_error_at FROM {table}"
-            " WHERE last_error_at IS NOT NULL ORDER BY last_error_at DESC LIMIT ?",
-            (listed,),
+            f" WHERE last_error_at IS NOT NULL{not_final}"
+            " ORDER BY last_error_at DESC LIMIT ?",
+            (*object_type.final, listed),
         )
     ]
     attention: list[dict[str, Any]] = []

@@ -18,6 +18,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -83,6 +84,8 @@ def api_route(handler: Handler, stats: RouteStats) -> Handler:
                     "%s %s -> %d: %s", request.method, _shown(request.path_qs), exc.status, exc
                 )
             headers = {ERRORS_HEADER: errors_header_value(exc.errors)} if exc.errors else {}
+            if exc.retry_after_s is not None:
+                headers["Retry-After"] = str(math.ceil(exc.retry_after_s))
             response = web.json_response(
                 exc.to_json(), status=exc.status, headers=headers, dumps=_dumps
             )
@@ -153,6 +156,25 @@ def create_app(
     forward the recording collections' requests to worker 0
     (:mod:`gateway.server.recorder_link`).
     """
+    routes = _api_routes()
+    install_bad_request_log_filter()  # aiohttp's own 400s: one INFO line, no traceback
+    clients = clients or SharedClients(config.client)
+    if collections is None:
+        collections = build_collections(config, clients)
+    canonical_urlkey("http://example.com/")  # imports surt now, not during the first request
+    if jobs is None:
+        from gateway.server.jobs_service import JobsService
+
+        jobs = JobsService.from_config(config, role="serve")
+    recording = frozenset(name for name, coll in config.collections.items() if coll.records)
+    app = _shared_state(config, collections, clients, jobs)
+    app.cleanup_ctx.append(_lifecycle(config, jobs, recording, recorder))
+    _add_routes(app, routes, recorder, recording)
+    return app
+
+
+def _api_routes() -> list[tuple[str, str, Handler]]:
+    """Every API route as (method, path, handler), in the order they are matched."""
     # The API's handlers are imported here, not with this module: building
     # collections (gateway check-config) needs none of them.
     from gateway.api.index import ia_cdx_handler, index_handler
@@ -175,56 +197,7 @@ def create_app(
         status_handler,
     )
 
-    install_bad_request_log_filter()  # aiohttp's own 400s: one INFO line, no traceback
-    clients = clients or SharedClients(config.client)
-    if collections is None:
-        collections = build_collections(config, clients)
-    canonical_urlkey("http://example.com/")  # imports surt now, not during the first request
-    if jobs is None:
-        from gateway.server.jobs_service import JobsService
-
-        jobs = JobsService.from_config(config, role="serve")
-    recording = frozenset(name for name, coll in config.collections.items() if coll.records)
-    app = web.Application()
-    app[CONFIG] = config
-    app[CLIENTS] = clients
-    app[COLLECTIONS] = collections
-    app[TIMEMAP_PAGE_SIZE] = config.memento.timemap_page_size
-    metrics = app[METRICS] = Metrics()
-    readiness = app[READINESS] = Readiness()
-    app[JOBS] = service = jobs
-    register_collector(app, jobs.collector())  # the jobs' families in /metrics
-
-    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        shared = app[CLIENTS]
-        await shared.start()
-        if config.uses_store and shared.store is None:
-            readiness.block("store", "the snapshot store is opening (recovery)")
-            from gateway.store import Store
-
-            writes = bool(recording) and (recorder is None or recorder.records)
-            shared.store = await Store.open(config.store, mode="write" if writes else "shared")
-            if config.store.storages:
-                from gateway.store.replication.status import ReplicationCollector
-
-                register_collector(app, ReplicationCollector(shared.store.replicas))
-            readiness.clear("store")
-        readiness.clear("startup")
-        try:
-            await service.start()
-            yield
-        finally:
-            readiness.block("shutdown", "the app is stopping")
-            await service.stop()
-            for collection in app[COLLECTIONS].values():
-                await collection.aclose()
-            if shared.store is not None:
-                await shared.store.close()
-                shared.store = None
-            await shared.close()
-
-    app.cleanup_ctx.append(lifecycle)
-    routes: list[tuple[str, str, Handler]] = [
+    return [
         ("GET", "/", root_handler),
         ("GET", "/_status", status_handler),
         ("GET", "/_health", health_handler),
@@ -249,6 +222,76 @@ def create_app(
         # Last of the API (its requests come first): the page for people.
         ("GET", "/{coll}/", collection_page),
     ]
+
+
+def _shared_state(
+    config: GatewayConfig,
+    collections: dict[str, Collection],
+    clients: SharedClients,
+    jobs: JobsService,
+) -> web.Application:
+    """A new app holding the shared state under its keys (config, clients, metrics...)."""
+    app = web.Application()
+    app[CONFIG] = config
+    app[CLIENTS] = clients
+    app[COLLECTIONS] = collections
+    app[TIMEMAP_PAGE_SIZE] = config.memento.timemap_page_size
+    app[METRICS] = Metrics()
+    app[READINESS] = Readiness()
+    app[JOBS] = jobs
+    register_collector(app, jobs.collector())  # the jobs' families in /metrics
+    return app
+
+
+def _lifecycle(
+    config: GatewayConfig,
+    service: JobsService,
+    recording: frozenset[str],
+    recorder: RecorderLink | None,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The app's cleanup context: clients, store and jobs started, then stopped in reverse."""
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        readiness = app[READINESS]
+        shared = app[CLIENTS]
+        await shared.start()
+        if config.uses_store and shared.store is None:
+            readiness.block("store", "the snapshot store is opening (recovery)")
+            from gateway.store import Store
+
+            writes = bool(recording) and (recorder is None or recorder.records)
+            shared.store = await Store.open(config.store, mode="write" if writes else "shared")
+            from gateway.store.integrity.status import CachedSafety, StoreCollector
+
+            replicas = shared.store.replicas
+            shared.store_safety = CachedSafety(replicas, config.jobs.scrub_interval_days)
+            register_collector(app, StoreCollector(replicas, shared.store_safety))
+            readiness.clear("store")
+        readiness.clear("startup")
+        try:
+            await service.start()
+            yield
+        finally:
+            readiness.block("shutdown", "the app is stopping")
+            await service.stop()
+            for collection in app[COLLECTIONS].values():
+                await collection.aclose()
+            if shared.store is not None:
+                await shared.store.close()
+                shared.store = None
+            await shared.close()
+
+    return lifecycle
+
+
+def _add_routes(
+    app: web.Application,
+    routes: list[tuple[str, str, Handler]],
+    recorder: RecorderLink | None,
+    recording: frozenset[str],
+) -> None:
+    """Register ``routes`` through :func:`api_route` (forwarding if need be), then the catch-all."""
+    metrics = app[METRICS]
     if recorder is not None and not recorder.records and recording:
         from gateway.server.recorder_link import forwarding
 
@@ -265,4 +308,3 @@ def create_app(
     # Last: what no route takes (any character, an encoded newline too).
     unrouted = metrics.route("*", "unrouted")
     app.router.add_route("*", r"/{path:[\s\S]*}", api_route(_no_route, unrouted))
-    return app

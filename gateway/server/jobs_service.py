@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.errors import ConfigError
 from gateway.jobs.actors import ActorType, JobContext, object_types_of
-from gateway.jobs.db import JobsDB, connect, utcnow
+from gateway.jobs.db import utcnow
 from gateway.jobs.hooks import Hooks, load_plugins
+from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.orchestrator import HostLock, Orchestrator
 from gateway.jobs.report import JobsCollector, read_report
+from gateway.jobs.schema import connect
 from gateway.jobs.settings import JobsSettings
 from gateway.store import actor_types
 from gateway.store.layout import Layout
@@ -192,6 +194,10 @@ class JobsService:
         try:
             if self._task is not None:
                 await asyncio.gather(self._task, return_exceptions=True)
+            if self._store is not None and self._store.settings.storages:
+                from gateway.store.replication.director import release_own_claims
+
+                await release_own_claims(self._store.replicas, "its process stopped")
         finally:
             self._task = None
             if self._db is not None:

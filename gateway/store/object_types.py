@@ -2,15 +2,19 @@
 
 Each :class:`~gateway.jobs.model.ObjectType` names its states, transitions and
 own columns (ArchiveBox's lifecycle model); the jobs engine creates the tables
-from these declarations (:func:`gateway.jobs.db.create_schema`) and the actor
+from these declarations (:func:`gateway.jobs.schema.create_schema`) and the actor
 types that tick them live with the work they do: :mod:`gateway.store.online_import`
 (``IMPORT``), :mod:`gateway.store.integrity.scrub` (``SCRUB``),
 :mod:`gateway.store.migration.actor` (``MIGRATE``) and
-:mod:`gateway.store.replication.jobs` (``DIRECTOR``, ``BATCH``, ``COPY``).
+:mod:`gateway.store.replication.director_actor` (``DIRECTOR``),
+:mod:`gateway.store.replication.batch` (``BATCH``) and
+:mod:`gateway.store.replication.copy` (``COPY``).
 
-The two writes below run inside the transaction that closes a file
+Two writes below run inside the transaction that closes a file
 (:meth:`gateway.store.db.IndexDB.close_file`), so that a closed file never
-lacks its scrub object and the replication director wakes to copy it.
+lacks its scrub object and the replication director wakes to copy it; the
+third follows a restore of a damaged primary, so that no report goes on
+calling a restored file damaged.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = [
     "SCRUB",
     "write_director_wake",
     "write_scrub_of_closed_file",
+    "write_scrub_recheck",
 ]
 
 SCRUB: Final = ObjectType(
@@ -271,3 +276,19 @@ MIGRATE: Final = ObjectType(
 
 #: Every object type of the store, in the order their tables are created.
 OBJECT_TYPES: Final[tuple[ObjectType, ...]] = (IMPORT, SCRUB, MIGRATE, DIRECTOR, BATCH, COPY)
+
+
+def write_scrub_recheck(conn: sqlite3.Connection, file_name: str, now: datetime) -> int:
+    """A file restored from a verified copy: its ``damaged`` scrub object becomes
+    ``verifying``, due now (the declared ``damaged -> verifying``; one statement,
+    a compare-and-swap on the state, never under a live lease). The next scrub
+    verifies it again; meanwhile no report calls it damaged. Returns 1 when it
+    took effect."""
+    stamp = format_time(now)
+    cursor = conn.execute(
+        f"UPDATE {SCRUB.table} SET status = 'verifying', retry_at = ?, updated_at = ?,"
+        " result = 'restored from a verified copy; verified again next'"
+        " WHERE file_name = ? AND status = 'damaged' AND (lease_owner IS NULL OR retry_at <= ?)",
+        (stamp, stamp, file_name, stamp),
+    )
+    return cursor.rowcount

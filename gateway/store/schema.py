@@ -35,9 +35,9 @@ The schema after every step (``sqlite3 index.sqlite3 .schema`` shows it)::
     jobs_migrate                                                -- step 5
         (the migrator's objects: :mod:`gateway.store.migration.actor`)
     jobs_replication_copy                                       -- step 6
-        (the replication copier's objects: :mod:`gateway.store.replication.jobs`)
+        (the replication copier's objects: :mod:`gateway.store.replication.copy`)
 
-:mod:`gateway.store.db` says what each column of ``files`` and ``captures``
+:mod:`gateway.store.rows` says what each column of ``files`` and ``captures``
 means, :mod:`gateway.store.replication.copy_status` those of ``copies`` and ``publications``.
 """
 
@@ -144,7 +144,7 @@ def add_file_facts(conn: sqlite3.Connection) -> None:
 def add_jobs_tables(conn: sqlite3.Connection) -> None:
     """Step 3: the background jobs' tables: ``import`` and ``scrub`` objects.
 
-    The DDL :func:`gateway.jobs.db.create_schema` makes from the object
+    The DDL :func:`gateway.jobs.schema.create_schema` makes from the object
     types' declarations (:mod:`gateway.store.online_import`,
     :mod:`gateway.store.integrity.scrub`) as they are at this step, written out so
     that the step stays the same forever; a test holds the two equal, so a
@@ -251,7 +251,8 @@ def add_copy_status(conn: sqlite3.Connection) -> None:
     neither a change of the file's bytes nor a later file of the same name.
     The partial index serves the scrub (least recently verified first).
     ``jobs_replication_director`` and ``jobs_replication_batch``: the
-    objects of the director and the workers (:mod:`gateway.store.replication.jobs`).
+    objects of the director and the workers (:mod:`gateway.store.replication.director_actor`,
+    :mod:`gateway.store.replication.batch`).
     """
     conn.execute(
         """CREATE TABLE copies (
@@ -278,8 +279,8 @@ def add_copy_status(conn: sqlite3.Connection) -> None:
             PRIMARY KEY (name, target)
         ) WITHOUT ROWID"""
     )
-    # The replication's object types (gateway.store.replication.jobs), as
-    # gateway.jobs.db.create_schema makes them at this step (a test holds them equal).
+    # The replication's object types (gateway.store.object_types), as
+    # gateway.jobs.schema.create_schema makes them at this step (a test holds them equal).
     statements = (
         """CREATE TABLE IF NOT EXISTS jobs_replication_director (
             id INTEGER PRIMARY KEY,
@@ -404,7 +405,7 @@ def add_migrate_table(conn: sqlite3.Connection) -> None:
 
 
 def add_copier_table(conn: sqlite3.Connection) -> None:
-    """Step 6: the replication copier's objects (:mod:`gateway.store.replication.jobs`),
+    """Step 6: the replication copier's objects (:mod:`gateway.store.replication.copy`),
     one per (source, destination) group of a batch, and the batch's new state
     ``copying`` (it waits there for its copy objects).
 
@@ -467,7 +468,22 @@ def add_copier_table(conn: sqlite3.Connection) -> None:
     )
 
 
+def add_claim_holders(conn: sqlite3.Connection) -> None:
+    """Step 7: who holds each claim (``copies.holder``, ``HOST PID``; issue 25 §3).
+
+    A claim (``ongoing``) is released when its run ends and, when its holder's
+    process is gone, by the next run at once
+    (:func:`gateway.store.replication.copy_status.write_release_claims`);
+    claims of the release before (no holder) expire after
+    ``archival_max_age_s`` as they did.
+    """
+    conn.execute("ALTER TABLE copies ADD COLUMN holder TEXT NOT NULL DEFAULT ''")
+
+
 #: The chain, in order; step ``n`` (from 1) brings the database to version ``n``.
+#: A new step that adds a jobs table creates it from its declaration
+#: (:func:`gateway.jobs.db.create_schema` with the type of
+#: :mod:`gateway.store.object_types`); steps 3 to 6 are written out and frozen.
 STEPS: Final[list[Step]] = [
     create_index_tables,
     add_file_facts,
@@ -475,6 +491,7 @@ STEPS: Final[list[Step]] = [
     add_copy_status,
     add_migrate_table,
     add_copier_table,
+    add_claim_holders,
 ]
 
 #: The version this release writes.

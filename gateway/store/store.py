@@ -48,6 +48,7 @@ from gateway.store.importer import ImportResult, VerifiedSource, publish, stage,
 from gateway.store.layout import OPEN_SUFFIX, Layout, StoreLock, layout_for
 from gateway.store.reader import StoreReader
 from gateway.store.recovery import RecoveryReport, recover_imports, recover_open_files
+from gateway.store.schema import SCHEMA_VERSION, schema_version
 from gateway.store.settings import StoreSettings
 from gateway.store.verify import Progress
 from gateway.store.warcfile import FaultInjector
@@ -56,7 +57,7 @@ from gateway.store.writer import StoreWriter, WriteStats
 if TYPE_CHECKING:
     from gateway.store.replication.replicas import ReplicaLocation, Replicas
 
-__all__ = ["Store", "StoreMode"]
+__all__ = ["Store", "StoreMode", "check_store"]
 
 #: ``write``: this process records (one per store); ``shared``: it reads,
 #: imports and updates the index beside the writer.
@@ -65,6 +66,30 @@ StoreMode = Literal["write", "shared"]
 logger = logging.getLogger(__name__)
 
 _SYNCHRONOUS: Final = {"always": "FULL", "close": "NORMAL", "never": "OFF"}
+
+
+def check_store(settings: StoreSettings) -> None:
+    """Raise :class:`StoreError` for what would stop :meth:`Store.open` and can be
+    known without opening or creating anything: the default root empty while an
+    earlier release's store sits at its old default (:func:`layout_for`), an
+    index written by a newer release. ``gateway serve`` asks before it says
+    "serving"; blocking, a stat and at most one read-only SQLite open."""
+    layout = layout_for(settings.root)
+    if not layout.db_path.is_file():
+        return
+    try:
+        conn = sqlite3.connect(f"{layout.db_path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            version = schema_version(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read the store's index {layout.db_path}: {exc}") from exc
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the store at {layout.root} has schema version {version}, newer than this "
+            f"release's {SCHEMA_VERSION}: it was written by a newer gateway; upgrade this one"
+        )
 
 
 class Store:

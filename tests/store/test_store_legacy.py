@@ -110,12 +110,20 @@ async def _serves_every_capture(client: Client, manifest: dict[str, Any]) -> Non
         assert _payload_sha256(await resp.read()) == capture["payload_sha256"], capture
 
 
+def _theirs(root: Path) -> dict[str, bytes]:
+    """The files under ``warcs/`` by name, without the store's own temporary files
+    (``.NAME.moving``: a background move of a file to the current layout, under way)."""
+    return {
+        p.name: p.read_bytes() for p in warc_files(root / "warcs") if not p.name.startswith(".")
+    }
+
+
 async def test_a_clean_store_of_the_previous_release_serves_unchanged(
     tmp_path: Path, make_client: Callable[[str], Awaitable[Client]]
 ) -> None:
     manifest = _extract(tmp_path)
     root = tmp_path / "clean"
-    warcs_before = {p.name: p.read_bytes() for p in warc_files(root / "warcs")}
+    warcs_before = _theirs(root)
     client = await make_client(f"store: {{root: {root}}}\ncollections:\n  stored: $store\n")
     files = _files(root)
     assert {(name, state, origin) for name, state, origin, *_ in files} == {
@@ -128,7 +136,7 @@ async def test_a_clean_store_of_the_previous_release_serves_unchanged(
         assert date == (name.split("-")[1] if origin == "written" else None)
     await _serves_every_capture(client, manifest["clean"])
     # Nothing of theirs changed, and the migrated store checks clean.
-    assert {p.name: p.read_bytes() for p in warc_files(root / "warcs")} == warcs_before
+    assert _theirs(root) == warcs_before
     await client.close()  # the store is closed: check reads it alone
     report = await asyncio.to_thread(check_store, Layout(root), progress=False)
     assert report.ok, report.problems

@@ -38,14 +38,16 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from gateway.progress import progress_bar
-from gateway.store.db import FileRow, IndexDB, StoredRow
+from gateway.store.db import IndexDB
 from gateway.store.errors import StoreError
 from gateway.store.indexing import FULL_RECORD_TYPES, is_indexed, timestamp_of
+from gateway.store.integrity.safety import Policy, StoreSafety, read_store_safety
 from gateway.store.layout import (
     IMPORTING_SUFFIX,
     OPEN_SUFFIX,
@@ -55,6 +57,7 @@ from gateway.store.layout import (
     is_moving_name,
 )
 from gateway.store.recovery import file_sha256
+from gateway.store.rows import FileRow, StoredRow
 from gateway.store.schema import SCHEMA_VERSION, schema_version
 from gateway.store.verify import FileVerdict, RecordInfo, verify_file, written_by_store
 
@@ -131,7 +134,9 @@ class CheckReport:
 
     ``live``: other processes had the store open; ``skipped``: files left
     out because they were being written or imported; ``notes``: oddities
-    kept on purpose (an imported ARC file's short last record).
+    kept on purpose (an imported ARC file's short last record); ``safety``:
+    the store's safety, read from the same index when a policy was given
+    (whole records are not yet replicated ones).
     """
 
     problems: list[Problem] = field(default_factory=list)
@@ -142,6 +147,7 @@ class CheckReport:
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     verdicts: dict[str, FileVerdict] = field(default_factory=dict)
+    safety: StoreSafety | None = None
 
     @property
     def ok(self) -> bool:
@@ -153,7 +159,11 @@ class CheckReport:
             text += f"; {len(self.skipped)} file(s) being written or imported skipped"
         if self.ok:
             return f"{text}: OK"
-        return f"{text}: {len(self.problems)} problem(s); run `gateway store repair` to fix"
+        return (
+            f"{text}: {len(self.problems)} problem(s); run `gateway store repair` to fix: it "
+            "restores a damaged or missing file from a verified copy first, and salvages only "
+            "what no copy holds"
+        )
 
 
 def _indexable(info: RecordInfo) -> bool:
@@ -488,12 +498,16 @@ def _open_index(layout: Layout, alone: bool, scratch: Path) -> IndexDB:
     return IndexDB(copy, access="write", synchronous="OFF")
 
 
-def check_store(layout: Layout, *, progress: bool | None = None) -> CheckReport:
+def check_store(
+    layout: Layout, *, progress: bool | None = None, policy: Policy | None = None
+) -> CheckReport:
     """Check the store at ``layout`` without changing anything (blocking).
 
     ``progress``: draw a bar (None: when standard error is a terminal; see
-    :func:`gateway.progress.progress_bar`). A missing store or index is
-    reported as a problem, and so is a store ``store repair`` holds.
+    :func:`gateway.progress.progress_bar`); ``policy``: also read the store's
+    safety (:mod:`gateway.store.integrity.safety`) into ``report.safety``. A
+    missing store or index is reported as a problem, and so is a store
+    ``store repair`` holds.
     """
     if not layout.exists():
         return CheckReport(problems=[Problem("index_db", "", f"no store at {layout.root}")])
@@ -519,9 +533,12 @@ def check_store(layout: Layout, *, progress: bool | None = None) -> CheckReport:
             db = _open_index(layout, alone, Path(scratch))
             try:
                 bar = progress_bar("store check", enabled=progress)
-                return check_files(
+                report = check_files(
                     layout, db, live=not alone, writer_live=writer_live, progress=bar
                 )
+                if policy is not None:
+                    report.safety = read_store_safety(db.conn, policy, time.time())
+                return report
             finally:
                 db.close()
     finally:

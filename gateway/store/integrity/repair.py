@@ -13,7 +13,12 @@ other process using the store must be stopped):
    store-written orphan with no whole record moves to
    ``invalid/YYYYMMDD/``. Foreign files are left where they are;
 3. a check (:func:`~gateway.store.integrity.check.check_files`);
-4. files the store owns with damaged records or failing digests are
+4. a file that is damaged, changed since it closed, or missing is first
+   *restored* from a storage holding a verified copy of its recorded
+   SHA-256, when the store has storages
+   (:mod:`gateway.store.integrity.restore`): nothing is dropped while a
+   copy holds it. What follows applies only to what no copy restored;
+5. files the store owns with damaged records or failing digests are
    *salvaged*: every whole, digest-valid record, the ones after the damage
    included (:func:`~gateway.store.framing.next_frame`), is copied (bytes
    unchanged) into ``<stem>-salvaged<N>.<ext>``, which is indexed in place of
@@ -22,11 +27,11 @@ other process using the store must be stopped):
    every index entry (capture) that pointed into it. A damaged file the
    store did not write (``found`` by an older release) is reported, not
    rewritten;
-5. files whose index entries disagree with their records are re-indexed;
-6. a file whose bytes changed after it was closed while every record in it
-   stays whole and valid gets its new SHA-256 recorded (the report says so:
-   a replica, once there are replicas, holds the old bytes);
-7. a final check, whose report is returned.
+6. files whose index entries disagree with their records are re-indexed;
+7. a file whose bytes changed after it was closed while every record in it
+   stays whole and valid, and that no copy restored, gets its new SHA-256
+   recorded (the report says so);
+8. a final check, whose report is returned.
 
 Problems no file operation can fix (a revisit whose original is lost, a
 foreign file in ``warcs/``) remain in the final report, so ``repair`` exits
@@ -41,15 +46,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.progress import progress_bar
-from gateway.store.db import FileRow, IndexDB
+from gateway.store.db import IndexDB
 from gateway.store.framing import FramingError, next_frame, scan_frames
 from gateway.store.integrity.check import (
     REINDEX_KINDS,
     RESHA_KINDS,
     SALVAGE_KINDS,
     CheckReport,
+    ProblemKind,
     check_files,
 )
+from gateway.store.integrity.restore import Restorer
 from gateway.store.layout import (
     IMPORTING_SUFFIX,
     OPEN_SUFFIX,
@@ -67,6 +74,7 @@ from gateway.store.recovery import (
     recover_imports,
     recover_open_files,
 )
+from gateway.store.rows import FileRow
 from gateway.store.verify import FileVerdict, file_date, record_problem, written_by_store
 from gateway.store.warcfile import remove_open_link
 
@@ -160,6 +168,25 @@ def _describe_drops(db: IndexDB, file: FileRow | None, dropped: list[_Dropped]) 
         f"dropped {records} record(s) failing their digests and {unreadable} unreadable "
         f"range(s), {total} byte(s) in all: {ranges}; {lost}"
     )
+
+
+#: Problems a verified copy fixes without loss (step 4).
+RESTORE_KINDS: frozenset[ProblemKind] = SALVAGE_KINDS | RESHA_KINDS | {"missing_file"}
+
+
+def _restore(db: IndexDB, check: CheckReport, restorer: Restorer, report: RepairReport) -> set[str]:
+    """Step 4: every closed file with a :data:`RESTORE_KINDS` problem offered to the
+    replicas; returns the names restored, saying what happened to each."""
+    restored: set[str] = set()
+    for name in sorted({p.file for p in check.problems if p.kind in RESTORE_KINDS}):
+        row = db.file_by_name(name)
+        if row is None or row.state != "closed":
+            continue
+        done, what = restorer.restore(row)
+        report.actions.append(what if done else f"not restored {name}: {what}")
+        if done:
+            restored.add(name)
+    return restored
 
 
 def _salvage(layout: Layout, db: IndexDB, name: str, verdict: FileVerdict) -> str:
@@ -291,11 +318,15 @@ def _adopt_orphan(
     )
 
 
-def repair_store(layout: Layout, *, progress: bool | None = None) -> RepairReport:
+def repair_store(
+    layout: Layout, *, progress: bool | None = None, restorer: Restorer | None = None
+) -> RepairReport:
     """Run recovery, then fix every fixable problem of a check (blocking).
 
     ``progress``: draw a bar for each of the two checks (None: when standard
-    error is a terminal; :func:`gateway.progress.progress_bar`). Raises
+    error is a terminal; :func:`gateway.progress.progress_bar`);
+    ``restorer``: the store's replicas, tried first for every damaged,
+    changed or missing file (step 4). Raises
     :class:`~gateway.store.errors.StoreLocked` when the store is in use.
     """
     lock = StoreLock(layout.lock_path)
@@ -316,16 +347,19 @@ def repair_store(layout: Layout, *, progress: bool | None = None) -> RepairRepor
             first = check_files(
                 layout, db, progress=progress_bar("store repair: check", enabled=progress)
             )
-            salvage = sorted({p.file for p in first.problems if p.kind in SALVAGE_KINDS})
+            restored = _restore(db, first, restorer, report) if restorer is not None else set()
+            salvage = sorted({p.file for p in first.problems if p.kind in SALVAGE_KINDS} - restored)
             reindex = sorted(
-                {p.file for p in first.problems if p.kind in REINDEX_KINDS} - set(salvage)
+                {p.file for p in first.problems if p.kind in REINDEX_KINDS}
+                - set(salvage)
+                - restored
             )
             for name in salvage:
                 report.actions.append(_salvage(layout, db, name, first.verdicts[name]))
             for name in reindex:
                 report.actions.append(_reindex(layout, db, name))
             for problem in first.problems:
-                if problem.kind in RESHA_KINDS:
+                if problem.kind in RESHA_KINDS and problem.file not in restored:
                     report.actions.append(_record_sha256(layout, db, problem.file))
             report.final = check_files(
                 layout, db, progress=progress_bar("store repair: final check", enabled=progress)

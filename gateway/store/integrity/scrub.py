@@ -68,7 +68,7 @@ from warcio.exceptions import ArchiveLoadFailed
 from gateway.jobs.actors import JobContext, Wake, WorkCancelled, in_thread
 from gateway.jobs.db import JobObject, Value, format_time, parse_time, utcnow
 from gateway.jobs.settings import JobsSettings
-from gateway.store.db import FileRow, IndexDB
+from gateway.store.db import IndexDB
 from gateway.store.framing import Frame, FramingError, file_format, scan_frames
 from gateway.store.indexing import RangeReader
 from gateway.store.integrity.check import Problem, compare_rows, verify_problems
@@ -78,6 +78,7 @@ from gateway.store.migration.actor import MIGRATE, read_migrate_object_id
 from gateway.store.migration.layout_steps import Mover, MoveResult, ensure_current, needs_move
 from gateway.store.object_types import SCRUB
 from gateway.store.replication.replicas import Replicas
+from gateway.store.rows import FileRow
 from gateway.store.store_actor import StoreActorType
 from gateway.store.verify import FileVerdict, drain, record_info
 
@@ -360,7 +361,8 @@ class ScrubActor(StoreActorType):
             result += note
         if problems:
             logger.warning(
-                "scrub: warcs/%s is damaged: %s; run `gateway store repair`",
+                "scrub: warcs/%s is damaged: %s; `gateway store repair` restores it from a "
+                "verified copy (or salvages it when no copy holds it)",
                 file.name,
                 result,
                 extra={"job_type": "scrub", "job_id": obj.id, "file": file.name},

@@ -4,7 +4,7 @@ For each (file, storage) pair the store keeps the Software Heritage
 archiver's status and its ``mtime`` (the time of its last change, Unix
 seconds), in the ``copies`` table of its index (schema step 3)::
 
-    copies(name, storage, sha256, status, mtime, verified_at, archived, detail)
+    copies(name, storage, sha256, status, mtime, verified_at, archived, detail, holder)
         name      the file's name: its CDX ``filename``, and the object name on
                   every storage
         storage   a ``store.storages`` name, or ``primary`` (the store's own
@@ -13,10 +13,15 @@ seconds), in the ``copies`` table of its index (schema step 3)::
                   file's (the file was rewritten, or the name reused) does not
                   apply to it, and the copy counts as missing
         status    ``missing``   no copy there
-                  ``ongoing``   a copy is being made since ``mtime``: it counts
-                                as present until ``archival_max_age_s`` has
-                                passed, then as missing (its copier died or
-                                failed; the director makes it again)
+                  ``ongoing``   a copy is being made since ``mtime`` by
+                                ``holder``: a claim, never a copy. The
+                                director plans no second copy while it
+                                stands; it is released (``missing``) when
+                                its run ends, whether it exits or fails,
+                                and at once by the next run when its
+                                holder's process is gone; a claim of another
+                                host, or of an older release, expires after
+                                ``archival_max_age_s``
                   ``present``   the copy was verified (SHA-256) at ``mtime``
                   ``corrupted`` an object is there under the name with other
                                 bytes: damaged since it was made
@@ -27,6 +32,8 @@ seconds), in the ``copies`` table of its index (schema step 3)::
         verified_at  when the copy's bytes were last checked (made or scrubbed)
         archived  1 once the archiver has verified a copy of its own there
         detail    the last problem or how the copy was verified, in words
+        holder    ``HOST PID`` of the process whose claim made an ``ongoing``
+                  row (schema step 7; '' on other rows and older claims)
     publications(name, target, sha256, mtime, captures)
         a file whose captures were published to a Redis index (``target``)
 
@@ -43,6 +50,8 @@ effects) and ``write_*`` (one atomic statement each), on a
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +65,10 @@ __all__ = [
     "CopyStatus",
     "CopySummary",
     "FileCopies",
+    "claim_holder",
+    "holder_is_gone",
     "iter_file_copies",
+    "read_claim_holders",
     "read_copy_summary",
     "read_file_copies",
     "read_files_needing_copies",
@@ -68,6 +80,7 @@ __all__ = [
     "write_copy_status",
     "write_copy_verified",
     "write_publication",
+    "write_release_claims",
 ]
 
 CopyStatus = Literal["missing", "ongoing", "present", "corrupted"]
@@ -92,8 +105,9 @@ class CopyRow:
     detail: str = ""
 
     def safe(self, cutoff: float) -> bool:
-        """True when the copy counts towards the policy: ``present``, or
-        ``ongoing`` since after ``cutoff`` (now minus ``archival_max_age_s``)."""
+        """True when the director need not plan this copy: ``present``, or a claim
+        ``ongoing`` since after ``cutoff`` (now minus ``archival_max_age_s``).
+        Not what makes a file safe: that is :mod:`gateway.store.integrity.safety`."""
         return self.status == "present" or (self.status == "ongoing" and self.mtime > cutoff)
 
 
@@ -107,7 +121,7 @@ class FileCopies:
     """A closed file and the rows of its copies that apply to it (by storage).
 
     ``origin``, ``fs_version`` and ``date`` are the file's row's
-    (:class:`~gateway.store.db.FileRow`; the last two place it,
+    (:class:`~gateway.store.rows.FileRow`; the last two place it,
     :meth:`Layout.place <gateway.store.layout.Layout.place>`); ``sha256`` is None for files of an
     older release that never had it computed (they cannot be replicated).
     """
@@ -368,21 +382,73 @@ def write_copy_claim(
     worker read (``seen``; None: no row applied). One compare-and-swap
     statement; returns whether it won (another worker may have claimed it).
     """
+    holder = claim_holder()
     if seen is None:
         cursor = conn.execute(
-            f"INSERT INTO copies ({_COPY_COLUMNS}) VALUES (?, ?, ?, 'ongoing', ?, NULL, 0, '')"
+            f"INSERT INTO copies ({_COPY_COLUMNS}, holder)"
+            " VALUES (?, ?, ?, 'ongoing', ?, NULL, 0, '', ?)"
             " ON CONFLICT (name, storage) DO UPDATE SET sha256 = excluded.sha256,"
             " status = 'ongoing', mtime = excluded.mtime, detail = '', archived = 0,"
-            " verified_at = NULL WHERE copies.sha256 != excluded.sha256",
-            (name, storage, sha256, mtime),
+            " verified_at = NULL, holder = excluded.holder WHERE copies.sha256 != excluded.sha256",
+            (name, storage, sha256, mtime, holder),
         )
     else:
         cursor = conn.execute(
-            "UPDATE copies SET status = 'ongoing', mtime = ?, detail = ''"
+            "UPDATE copies SET status = 'ongoing', mtime = ?, detail = '', holder = ?"
             " WHERE name = ? AND storage = ? AND sha256 = ? AND status = ? AND mtime = ?",
-            (mtime, name, storage, sha256, seen.status, seen.mtime),
+            (mtime, holder, name, storage, sha256, seen.status, seen.mtime),
         )
     return cursor.rowcount == 1
+
+
+def claim_holder() -> str:
+    """``HOST PID``: who claims, as the ``holder`` of the claims this process makes."""
+    return f"{socket.gethostname()} {os.getpid()}"
+
+
+def holder_is_gone(holder: str) -> bool:
+    """True when ``holder`` is a process of this host that no longer runs.
+
+    A holder of another host, or one of an older release (''), is not known
+    to be gone: its claims expire after ``archival_max_age_s``.
+
+    >>> holder_is_gone(claim_holder()), holder_is_gone(""), holder_is_gone("elsewhere 1")
+    (False, False, False)
+    """
+    host, _, pid = holder.rpartition(" ")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def read_claim_holders(conn: sqlite3.Connection) -> list[str]:
+    """The distinct holders of ``ongoing`` claims (the claims of older releases, '', left out)."""
+    rows = conn.execute(
+        "SELECT DISTINCT holder FROM copies WHERE status = 'ongoing' AND holder != ''"
+    )
+    return sorted(holder for (holder,) in rows)
+
+
+def write_release_claims(
+    conn: sqlite3.Connection, holder: str, *, mtime: float, detail: str
+) -> int:
+    """Every ``ongoing`` claim of ``holder`` back to ``missing`` since ``mtime``, saying
+    why (the claim's last problem kept after it); one statement; returns how many.
+    Run when a run ends (its own claims) and for a holder that is gone
+    (:func:`holder_is_gone`)."""
+    cursor = conn.execute(
+        "UPDATE copies SET status = 'missing', mtime = ?, holder = '',"
+        " detail = CASE WHEN detail = '' THEN ? ELSE ? || ' (last: ' || detail || ')' END"
+        " WHERE status = 'ongoing' AND holder = ?",
+        (mtime, detail, detail, holder),
+    )
+    return cursor.rowcount
 
 
 def write_copy_present(

@@ -21,7 +21,7 @@ is done (:func:`gateway.store.replication.copy_status.read_files_needing_copies`
 3. claims each copy by marking it ``ongoing`` with the batch's ``mtime``
    (a compare-and-swap on the row it read: a copy another worker claimed is
    skipped), and hands each group to a copier (as jobs: a
-   ``replication_copy`` object per group, :mod:`gateway.store.replication.jobs`).
+   ``replication_copy`` object per group, :mod:`gateway.store.replication.batch`).
 
 **Copier** (:func:`claim_and_copy`), for each file of its group in turn:
 
@@ -54,30 +54,38 @@ import logging
 import random
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Final
 
 from gateway.storage.copier import CopyOutcome, CopyResult, RetryPolicy, copy_file
 from gateway.storage.errors import ObjectNotFound, StorageError
 from gateway.storage.integrity import check_for
 from gateway.storage.settings import PRIMARY
-from gateway.store.db import OWNED_ORIGINS, FileRow, IndexDB
+from gateway.store.db import IndexDB
 from gateway.store.migration.layout_steps import ensure_current
+from gateway.store.object_types import write_scrub_recheck
 from gateway.store.recovery import file_sha256
 from gateway.store.replication.copy_status import (
     CopyRow,
     CopyStatus,
     FileCopies,
+    claim_holder,
+    holder_is_gone,
+    read_claim_holders,
     read_file_copies,
     read_files_needing_copies,
     write_copy_claim,
     write_copy_present,
     write_copy_release,
     write_copy_status,
+    write_copy_verified,
+    write_release_claims,
 )
 from gateway.store.replication.primary import restore_primary
 from gateway.store.replication.replicas import Replicas
+from gateway.store.rows import OWNED_ORIGINS, FileRow
 from gateway.store.verify import verify_file
 
 __all__ = [
@@ -85,6 +93,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "CopyPlan",
     "FilePlan",
+    "Progress",
     "ReplicationReport",
     "adopt_sha256",
     "claim_and_copy",
@@ -93,8 +102,8 @@ __all__ = [
     "group_by_pair",
     "plan_batch",
     "plan_file",
-    "replicate_batch",
-    "run_pass",
+    "release_orphan_claims",
+    "release_own_claims",
 ]
 
 logger = logging.getLogger(__name__)
@@ -230,22 +239,44 @@ class ReplicationReport:
     def problem(self, name: str, why: str) -> None:
         self.unsafe.setdefault(name, []).append(why)
 
-    def add(self, other: ReplicationReport) -> None:
-        self.files += other.files
-        for outcome, n in other.outcomes.items():
-            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + n
-        self.bytes_copied += other.bytes_copied
-        for name, whys in other.unsafe.items():
-            self.unsafe.setdefault(name, []).extend(whys)
-        self.retry.extend(other.retry)
+
+async def release_orphan_claims(replicas: Replicas) -> int:
+    """Release the claims of holders that are gone (a killed run of this host),
+    so that their copies are planned again now, not after ``archival_max_age_s``;
+    returns how many were released (each logged)."""
+    released = 0
+    for holder in await replicas.index.call(read_claim_holders):
+        if not holder_is_gone(holder):
+            continue
+        n = await replicas.index.call(
+            write_release_claims,
+            holder,
+            mtime=time.time(),
+            detail=f"released: its holder ({holder}) is gone",
+        )
+        if n:
+            logger.info("replication: %d claim(s) of %s released: it is gone", n, holder)
+        released += n
+    return released
+
+
+async def release_own_claims(replicas: Replicas, why: str) -> int:
+    """Release every claim this process still holds (its run ends: ``why``); returns
+    how many. A claim is never left to count as a copy after its holder stops."""
+    return await replicas.index.call(
+        write_release_claims, claim_holder(), mtime=time.time(), detail=f"released: {why}"
+    )
 
 
 async def director_batches(replicas: Replicas) -> AsyncIterator[list[int]]:
     """The director: batches of ``batch_size`` ids of files that need copies, ascending.
 
-    Each batch is read when the previous one has been handed over (keyset
-    pagination by file id), so files closed meanwhile join the pass.
+    Claims of holders that are gone are released first
+    (:func:`release_orphan_claims`). Each batch is read when the previous one
+    has been handed over (keyset pagination by file id), so files closed
+    meanwhile join the pass.
     """
+    await release_orphan_claims(replicas)
     policy, after = replicas.policy, 0
     while True:
         ids = await replicas.index.call(
@@ -318,36 +349,6 @@ async def claim_copy(replicas: Replicas, copy: CopyPlan, mtime: float) -> bool:
     return await replicas.index.call(
         write_copy_claim, copy.file.name, copy.destination, copy.file.sha256, copy.seen, mtime
     )
-
-
-async def replicate_batch(
-    replicas: Replicas,
-    ids: Sequence[int],
-    *,
-    retry: RetryPolicy = DEFAULT_RETRY,
-    replace_conflicts: bool = False,
-    rng: random.Random | None = None,
-    progress: Progress | None = None,
-) -> ReplicationReport:
-    """The worker and its copiers in one call, without job objects (see the module
-    docstring): :func:`plan_batch`, then each copy claimed and made, up to
-    ``parallel_copies`` at once. ``progress(n)`` is called with the bytes of each
-    copy made. Returns what was done; raises only on index failures
-    (:class:`sqlite3.Error`) and cancellation."""
-    mtime = time.time()
-    report, copies = await plan_batch(replicas, ids, replace_conflicts=replace_conflicts, rng=rng)
-    slots = asyncio.Semaphore(replicas.policy.parallel_copies)
-
-    async def run(copy: CopyPlan) -> None:
-        async with slots:
-            await claim_and_copy(replicas, copy, mtime, retry, report, progress)
-
-    async with asyncio.TaskGroup() as group:
-        for pair, planned in group_by_pair(copies).items():
-            logger.debug("replicate: %d file(s) from %s to %s", len(planned), *pair)
-            for copy in planned:
-                group.create_task(run(copy))
-    return report
 
 
 async def adopt_sha256(replicas: Replicas, file: FileCopies) -> FileCopies:
@@ -453,6 +454,15 @@ async def claim_and_copy(
             verified_at=now,
             detail=f"from {copy.source}: {done.verified_by or done.outcome}",
         )
+        if destination == PRIMARY and done.outcome == "copied":
+            # The primary restored from a verified copy: its scrub is due again now.
+            await replicas.index.call(write_scrub_recheck, file.name, datetime.now(UTC))
+        if copy.source == PRIMARY and done.outcome in ("copied", "replaced"):
+            # Every byte read from the primary hashed to the file's SHA-256 at the
+            # destination: the primary was verified now, too.
+            await replicas.index.call(
+                write_copy_verified, file.name, PRIMARY, sha256, verified_at=now
+            )
         return done.outcome
     reason = f"{copy.source} -> {destination}: {done.outcome}: {done.detail}"
     report.problem(file.name, reason)
@@ -482,14 +492,19 @@ async def claim_and_copy(
         await replicas.index.call(
             write_copy_release, file.name, destination, mtime, back, mtime=now, detail=reason
         )
-    else:
-        # The claim stays ongoing: the copy counts as under way until archival_max_age_s,
-        # then the director lists the file again (or a caller retries it sooner).
+    elif done.outcome == "retry":
+        # A transient failure: the claim stays, under way, for its copy object's next
+        # round (released if that run ends first, or its process dies).
         await replicas.index.call(
             write_copy_release, file.name, destination, mtime, "ongoing", mtime=mtime, detail=reason
         )
-        if done.outcome == "retry":
-            report.retry.append((copy, mtime))
+        report.retry.append((copy, mtime))
+    else:
+        # A lasting failure (no space, refused): the claim is given back at once, so that
+        # no report counts it as under way and the next pass plans the copy again.
+        await replicas.index.call(
+            write_copy_release, file.name, destination, mtime, "missing", mtime=now, detail=reason
+        )
     return done.outcome
 
 
@@ -549,27 +564,3 @@ def _failed(copy: CopyPlan, sha256: str, outcome: CopyOutcome, detail: str) -> C
         sha256=sha256,
         detail=detail,
     )
-
-
-async def run_pass(
-    replicas: Replicas,
-    *,
-    retry: RetryPolicy = DEFAULT_RETRY,
-    replace_conflicts: bool = False,
-    progress: Progress | None = None,
-    after_batch: Callable[[ReplicationReport], Awaitable[None]] | None = None,
-) -> ReplicationReport:
-    """One pass of the director over every file, a worker per batch, in turn.
-
-    ``after_batch(report)`` is called after each batch (the publisher, a
-    progress line). Returns the pass's report.
-    """
-    total = ReplicationReport()
-    async for ids in director_batches(replicas):
-        batch = await replicate_batch(
-            replicas, ids, retry=retry, replace_conflicts=replace_conflicts, progress=progress
-        )
-        total.add(batch)
-        if after_batch is not None:
-            await after_batch(batch)
-    return total
