@@ -14,7 +14,9 @@ Modules, one concept each:
 - :mod:`~gateway.jobs.model`         ``ObjectType``: states and transitions, declared as data
 - :mod:`~gateway.jobs.schema`        the tables (``create_schema``) and ``connect``
 - :mod:`~gateway.jobs.db`            ``JobObject``, ``read_*`` and ``write_*`` functions, times
-- :mod:`~gateway.jobs.jobs_db`       ``JobsDB``: one connection on one thread, for the event loop
+- :mod:`~gateway.jobs.jobs_db`       ``JobsDB``: the jobs database on a ``SqliteThread``
+- :mod:`~gateway.jobs.sqlite_thread` ``SqliteThread``: one SQLite handle on one thread
+  (the store's copy-status index uses it too)
 - :mod:`~gateway.jobs.actors`        ``ActorType``: claims, ticks, time limits, backoff
 - :mod:`~gateway.jobs.orchestrator`  ``Orchestrator``: spawns actors, orphans, idle; ``HostLock``
 - :mod:`~gateway.jobs.hooks`         pluggy hookspecs and plugin loading

@@ -15,8 +15,9 @@ replicate --once``); then the object is ``failed`` and gives those claims
 back (``missing``), so that no report counts them as under way and the
 director's next pass plans the copies again. A copy that failed for a lasting
 reason (no space, refused) gives its claim back at once
-(:func:`~gateway.store.replication.director.claim_and_copy`). Copy objects are written by their batch's
-worker (:func:`~gateway.store.replication.batch.write_copies`).
+(:func:`~gateway.store.replication.director.claim_and_copy`). Copy objects
+are written by their batch's worker
+(:func:`~gateway.store.replication.batch.write_copies`).
 
 ::
 

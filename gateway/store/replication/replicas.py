@@ -30,12 +30,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Concatenate, Final, ParamSpec, TypeVar
+from typing import Final, ParamSpec, TypeVar
 
 from gateway.errors import ArchiveFileNotFound, LoadError
+from gateway.jobs.sqlite_thread import SqliteThread
 from gateway.storage.base import RangeReader, Storage
 from gateway.storage.errors import StorageError
 from gateway.storage.pool import StoragePool
@@ -75,51 +75,29 @@ SUMMARY_MAX_AGE_S: Final = 30.0
 _SYNCHRONOUS: Final = {"always": "FULL", "close": "NORMAL", "never": "OFF"}
 
 
-class IndexThread:
-    """One writing connection to the index, used from one worker thread.
+class IndexThread(SqliteThread[IndexDB]):
+    """One writing connection to the index, used from one worker thread
+    (a :class:`~gateway.jobs.sqlite_thread.SqliteThread` of an :class:`IndexDB`,
+    opened by the first call).
 
     :meth:`call` runs ``fn(conn, *args)`` there (calls are serialized, as a
-    SQLite connection wants); the connection is opened by the first call.
-    Every ``write_*`` of :mod:`gateway.store.replication.copy_status` is one statement in
-    autocommit mode, waiting for other writers up to the index's busy
-    timeout.
+    SQLite connection wants), :meth:`call_db` ``fn(index)``. Every ``write_*``
+    of :mod:`gateway.store.replication.copy_status` is one statement in
+    autocommit mode, waiting for other writers up to the index's busy timeout.
     """
 
     def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
         self.path = path
-        self.synchronous = synchronous
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-copies")
-        self._db: IndexDB | None = None
-
-    def _index(self) -> IndexDB:
-        if self._db is None:
-            self._db = IndexDB(self.path, synchronous=self.synchronous)
-        return self._db
-
-    async def call(
-        self, fn: Callable[Concatenate[sqlite3.Connection, _P], _T], *args: _P.args, **kw: _P.kwargs
-    ) -> _T:
-        """``fn(conn, *args, **kw)`` on the index thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, lambda: fn(self._index().conn, *args, **kw)
+        super().__init__(
+            "store-copies",
+            lambda: IndexDB(path, synchronous=synchronous),
+            lambda db: db.conn,
+            lambda db: db.close(),
         )
 
     async def call_db(self, fn: Callable[[IndexDB], _T]) -> _T:
         """``fn(index)`` on the index thread, with the :class:`IndexDB` itself."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(self._index()))
-
-    def close(self) -> None:
-        """Wait for the call in flight, then close the connection and the thread."""
-
-        def close() -> None:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
-
-        self._executor.submit(close).result()
-        self._executor.shutdown(wait=True)
+        return await self.call_handle(fn)
 
 
 class CachedSummary:
@@ -246,7 +224,7 @@ class Replicas:
     async def close(self) -> None:
         """Close the storages and the index connection."""
         await self.pool.close()
-        await asyncio.to_thread(self.index.close)
+        await self.index.close()
 
 
 def _mark_primary_missing(conn: sqlite3.Connection, name: str, now: float) -> None:
