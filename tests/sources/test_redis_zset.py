@@ -395,7 +395,7 @@ collections:
     assert templated.headers["WARC-Target-URI"] == "http://example.com?example=1"
 
     missing = await client.get("/h/resource?url=http://example.com?example=1")
-    assert missing.status == 404
+    assert missing.status == 503  # a capture whose WARC no resolver knows: pywb says 503 too
     reasons = (await missing.json())["errors"].values()
     assert reasons
     assert all("'example.warc.gz': no configured resolver knows it" in r for r in reasons)

@@ -164,6 +164,7 @@ class CopierActor(ReplicationActor):
                 # Its rounds are used up: the claims it kept for them are given back.
                 now = time.time()
                 for name, _replace, claimed in retry:
+                    last = problems.get(str(name), ["?"])[-1]
                     await replicas.index.call(
                         write_copy_release,
                         str(name),
@@ -171,7 +172,7 @@ class CopierActor(ReplicationActor):
                         float(claimed),
                         "missing",
                         mtime=now,
-                        detail=f"released: {max(rounds, 1)} round(s) of copies failed",
+                        detail=f"released after {max(rounds, 1)} round(s); last: {last}",
                     )
             return
         values["result"] = summary({**values, "files": len(json.loads(str(obj["files"])))})
