@@ -269,8 +269,9 @@ def _index(args: argparse.Namespace) -> int:
 
     Each problem is one line on stderr; the exit status is 1 when there was
     any (``--strict``: at the first, with nothing written). ``-o FILE`` is
-    written under ``FILE.tmp`` and renamed at the end; the temporary file is
-    removed on every failure.
+    written under ``FILE.tmp`` and renamed at the end (its directory made
+    when missing, as ``gateway serve`` makes a missing index directory); the
+    temporary file is removed on every failure.
     """
     from pathlib import Path
 
@@ -289,6 +290,7 @@ def _index(args: argparse.Namespace) -> int:
 
             if args.output and args.output != "-":
                 out_path = Path(args.output)
+                out_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = out_path.with_name(out_path.name + ".tmp")
                 with tmp.open("w", encoding="utf-8") as out:
                     report = index_archives(inputs, out, strict=args.strict, progress=advance)
