@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gateway.clients import SharedClients
     from gateway.config import GatewayConfig
     from gateway.index.collection import Collection
+    from gateway.server.connection_limits import ConnectionLimits
     from gateway.server.recorder_link import RecorderLink
 
 __all__ = ["main"]
@@ -88,9 +89,10 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return 2
     configure_logging(args.log_level, args.log_format)
+    limits = _connection_limits(args)
     names = ", ".join(collections) or "(no collections)"
     if args.workers > 1:
-        return _serve_workers(args, config, names, sock)
+        return _serve_workers(args, config, names, sock, limits)
     # A log record, so that with --log-format json every line of standard error is JSON.
     logging.getLogger("gateway.cli").info(
         "serving %s on http://%s:%d/ (open it in a browser, or ask /openapi.json)",
@@ -99,7 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
         args.port,
     )
     try:
-        _run_app(config, collections, clients, args, sock=sock)
+        _run_app(config, collections, clients, args, sock=sock, limits=limits)
     except StoreError as exc:  # the store cannot be opened (in use, newer, unreadable)
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
@@ -113,14 +115,17 @@ def _run_app(
     args: argparse.Namespace,
     *,
     sock: socket.socket,
+    limits: ConnectionLimits,
     parent: int | None = None,
     recorder: RecorderLink | None = None,
 ) -> None:
     """Serve ``config`` on ``sock`` in this process until SIGINT/SIGTERM.
 
-    ``parent``: the supervisor's pid when this process is one of
-    ``--workers`` (the worker stops when it goes away); ``recorder``: its
-    place when the config records (:mod:`gateway.server.recorder_link`).
+    ``limits``: the client connections' timeouts and cap
+    (:mod:`gateway.server.connection_limits`). ``parent``: the supervisor's pid
+    when this process is one of ``--workers`` (the worker stops when it
+    goes away); ``recorder``: its place when the config records
+    (:mod:`gateway.server.recorder_link`).
     """
     from gateway.server.app import create_app
     from gateway.server.http_server import run_app
@@ -140,11 +145,37 @@ def _run_app(
         access_log=access_logger(args.access_log),
         access_log_format=args.access_log or "",
         unix_path=recorder.socket_path if recorder is not None and recorder.records else None,
+        limits=limits,
     )
 
 
+def _connection_limits(args: argparse.Namespace) -> ConnectionLimits:
+    """The options' limits, the cap fitted under the open files limit (raised first).
+
+    Done once, before ``--workers`` forks: the workers inherit the raised
+    limit, and a lowered cap is said once.
+    """
+    from gateway.server.connection_limits import (
+        ConnectionLimits,
+        fit_to_open_files,
+        raise_open_files_limit,
+    )
+
+    limits = ConnectionLimits(
+        keepalive_timeout_s=args.keepalive_timeout_s,
+        head_timeout_s=args.head_timeout_s,
+        body_timeout_s=args.body_timeout_s,
+        max_connections=args.max_connections,
+    )
+    return fit_to_open_files(limits, raise_open_files_limit())
+
+
 def _serve_workers(
-    args: argparse.Namespace, config: GatewayConfig, names: str, sock: socket.socket
+    args: argparse.Namespace,
+    config: GatewayConfig,
+    names: str,
+    sock: socket.socket,
+    limits: ConnectionLimits,
 ) -> int:
     """``--workers N``: ``sock`` is bound once, N processes serve it.
 
@@ -169,7 +200,16 @@ def _serve_workers(
         clients = SharedClients(config.client)
         collections = build_collections(config, clients)
         recorder = None if runtime is None else RecorderLink(f"{runtime}/recorder.sock", index)
-        _run_app(config, collections, clients, args, sock=sock, parent=parent, recorder=recorder)
+        _run_app(
+            config,
+            collections,
+            clients,
+            args,
+            sock=sock,
+            limits=limits,
+            parent=parent,
+            recorder=recorder,
+        )
 
     logging.getLogger("gateway.cli").info(
         "serving %s on http://%s:%d/ with %d worker processes",
@@ -315,6 +355,28 @@ def _index(args: argparse.Namespace) -> int:
     return 1 if report.problems else 0
 
 
+def _seconds_arg(text: str) -> float:
+    """A timeout option's value: seconds, more than 0 (``2``, ``0.5``)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, e.g. 15 or 0.5") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected more than 0 seconds")
+    return seconds
+
+
+def _count_arg(text: str) -> int:
+    """A count option's value: a whole number, at least 1."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{count}: expected at least 1")
+    return count
+
+
 def _workers_arg(text: str) -> int:
     from gateway.server.workers import parse_workers
 
@@ -322,6 +384,47 @@ def _workers_arg(text: str) -> int:
         return parse_workers(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_connection_arguments(serve: argparse.ArgumentParser) -> None:
+    """``gateway serve``'s client connection limits (defaults: ``ConnectionLimits``'s)."""
+    group = serve.add_argument_group(
+        "client connections (per process; see docs/operations.md, Hardening)"
+    )
+    group.add_argument(
+        "--keepalive-timeout",
+        dest="keepalive_timeout_s",
+        type=_seconds_arg,
+        default=15.0,
+        metavar="SECONDS",
+        help="close a connection with no request for this long (default 15)",
+    )
+    group.add_argument(
+        "--head-timeout",
+        dest="head_timeout_s",
+        type=_seconds_arg,
+        default=10.0,
+        metavar="SECONDS",
+        help="408 and close when a request head is not whole this long after its "
+        "first byte (default 10)",
+    )
+    group.add_argument(
+        "--body-timeout",
+        dest="body_timeout_s",
+        type=_seconds_arg,
+        default=30.0,
+        metavar="SECONDS",
+        help="408 (or close) when a request body stops for this long (default 30)",
+    )
+    group.add_argument(
+        "--max-connections",
+        dest="max_connections",
+        type=_count_arg,
+        default=1024,
+        metavar="N",
+        help="client connections open at once; at the cap the one idle longest is closed, "
+        "or a 503 answered (default 1024, lowered to fit the open files limit)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -343,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes serving the port, each with its own event loop: a number, or "
         "'auto' for one per core (default 1; a config using the store needs 1)",
     )
+    _add_connection_arguments(serve)
     serve.set_defaults(run=_serve)
 
     check = sub.add_parser("check-config", help="validate a config and print its tree")

@@ -1,12 +1,28 @@
-"""aiohttp's HTTP server, with raw bytes past ASCII in request targets read as percent-encoded.
+"""aiohttp's HTTP server: connection limits, and raw UTF-8 in request targets.
 
-Browsers percent-encode a URL before sending it, but curl, wget and many
-scripts send what they were given: ``GET /web/index?url=münchen.de/``
-arrives as raw UTF-8 bytes. RFC 9112 §3.2 does not allow them in a request
-target, and aiohttp's C parser (llhttp, which has no lenient mode for the
-target) answers such a request itself with a plain-text 400, while its
-pure-Python parser accepts it. The gateway keeps the C parser, for its
-speed, and reads such a request as the client meant it:
+**Connection limits** (:mod:`gateway.server.connection_limits`: a client
+must not hold a connection, nor the file descriptor behind it, as long as it
+likes): :class:`GatewayRequestHandler` closes a connection idle past the
+keep-alive timeout, answers ``408`` to a head not whole within the head
+timeout of its first byte or a body stopped for the body timeout, and
+counts itself in the cap's :class:`~gateway.server.connection_limits.ConnectionSlots`,
+which :class:`GatewaySockSite` asks for each accepted connection's protocol.
+The parser tells the connection of heads and bodies that take more than
+one read (:class:`ReadWatcher`): a request whose head and body arrive in
+one read (a GET, a small POST) arms no timer and costs an identity test
+(one-URL index lookup, 299.3k instructions per request before, 299.8k
+after, within the runs' noise; callgrind, ``bench.bench_instructions``); a
+read that leaves a head or a body incomplete arms one timer per
+connection, moved lazily as reads come.
+
+**Raw UTF-8 in request targets.** Browsers percent-encode a URL before
+sending it, but curl, wget and many scripts send what they were given:
+``GET /web/index?url=münchen.de/`` arrives as raw UTF-8 bytes. RFC 9112
+§3.2 does not allow them in a request target, and aiohttp's C parser
+(llhttp, which has no lenient mode for the target) answers such a request
+itself with a plain-text 400, while its pure-Python parser accepts it. The
+gateway keeps the C parser, for its speed, and reads such a request as the
+client meant it:
 
 - :class:`TargetEncodingParser` feeds every byte to aiohttp's C parser.
   When the parser refuses a request target (``InvalidURLError``) whose
@@ -27,33 +43,50 @@ README's *Hardening*). What stays aiohttp's answer: a byte past ASCII in a
 request that follows another in one read (HTTP pipelining, which browsers
 do not use) ends the connection with aiohttp's plain-text 400, as before;
 so does every other malformed request line (:mod:`gateway.server.logfilter` makes
-its log line short). The parser swap relies on aiohttp's
-``RequestHandler._parser`` and ``SockSite``'s attributes (aiohttp 3.9 to
-3.14); ``tests/test_http_server.py`` fails if they change.
+its log line short).
+
+Both rely on aiohttp's internals (aiohttp 3.14): ``RequestHandler``'s
+``_parser``, its waiter for the next request, its keep-alive timer and
+flags (``tests/test_slow_clients.py`` lists them), and ``SockSite``'s
+attributes; ``tests/test_http_server.py`` and
+``tests/test_slow_clients.py`` fail if they change.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import socket
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import InvalidURLError
 from aiohttp.http_parser import HttpRequestParser, RawRequestMessage
-from aiohttp.streams import StreamReader
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
+
+from gateway.server.connection_limits import (
+    DEFAULT_LIMITS,
+    ConnectionLimits,
+    ConnectionSlots,
+    busy_answer,
+    probes_only_handler,
+    raw_answer,
+)
 
 __all__ = [
     "GatewayRequestHandler",
     "GatewaySockSite",
+    "ReadWatcher",
     "TargetEncodingParser",
     "percent_encode_past_ascii",
     "run_app",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: The longest partial request line kept to be re-read (aiohttp's default
 #: ``max_line_size`` is 8190; a longer line is refused by the parser anyway).
@@ -75,25 +108,47 @@ def percent_encode_past_ascii(line: bytes) -> bytes:
     return _PAST_ASCII.sub(lambda m: b"%%%02X" % m[0][0], line)
 
 
+class ReadWatcher(Protocol):
+    """What :class:`TargetEncodingParser` tells of the reads it parses (the connection's timers)."""
+
+    def head_started(self) -> None:
+        """The first byte of a request head came (not a blank line)."""
+
+    def head_done(self) -> None:
+        """The head :meth:`head_started` announced is whole."""
+
+    def body_read(self, payload: StreamReader) -> None:
+        """A read of ``payload``, a request body that was not whole (it may be now)."""
+
+
 class TargetEncodingParser:
     """aiohttp's request parser, re-reading a request line with raw bytes past ASCII.
 
     ``parser`` is aiohttp's (C) request parser, whose methods are delegated
     to; ``new_parser`` makes another, for a line re-read. The bytes of a
     request line not yet complete are kept (up to :data:`MAX_HEAD_BYTES`),
-    so that a line refused in a later read is re-read whole.
+    so that a line refused in a later read is re-read whole. ``watcher``,
+    when given, hears of heads and bodies that take more than one read
+    (:class:`ReadWatcher`); a request that comes in one read costs it an
+    identity test.
     """
 
-    __slots__ = ("_head", "_new_parser", "_parser", "_payload")
+    __slots__ = ("_head", "_head_watched", "_new_parser", "_parser", "_payload", "_watcher")
 
     def __init__(
-        self, parser: HttpRequestParser, new_parser: Callable[[], HttpRequestParser]
+        self,
+        parser: HttpRequestParser,
+        new_parser: Callable[[], HttpRequestParser],
+        watcher: ReadWatcher | None = None,
     ) -> None:
         self._parser = parser
         self._new_parser = new_parser
+        self._watcher = watcher
         # Bytes of the message being started, since the last message's head
         # ended; None once its request line is complete (nothing to re-read).
         self._head: bytes | None = b""
+        # Whether the watcher heard head_started() and not yet head_done().
+        self._head_watched = False
         # The last message's body: until it ends, what comes is body, not head.
         self._payload: StreamReader | None = None
 
@@ -109,12 +164,30 @@ class TargetEncodingParser:
         except InvalidURLError as exc:
             return self._reread(data, exc)
         messages = result[0]
+        watcher = self._watcher
         if messages:
             self._head = b""
-            self._payload = messages[-1][1]
-        elif between and self._head is not None:
-            head = self._head + data
-            self._head = None if b"\n" in head or len(head) > MAX_HEAD_BYTES else head
+            last = self._payload = messages[-1][1]
+            if watcher is not None:
+                if self._head_watched:
+                    self._head_watched = False
+                    watcher.head_done()
+                if last is not EMPTY_PAYLOAD and not last.is_eof():
+                    watcher.body_read(last)
+                elif not between:
+                    assert payload is not None
+                    watcher.body_read(payload)  # it ended in this read
+        elif not between:
+            assert payload is not None
+            if watcher is not None:
+                watcher.body_read(payload)
+        else:
+            if self._head is not None:
+                head = self._head + data
+                self._head = None if b"\n" in head or len(head) > MAX_HEAD_BYTES else head
+            if watcher is not None and not self._head_watched and data.strip(b"\r\n"):
+                self._head_watched = True
+                watcher.head_started()
         return result
 
     def _reread(self, data: bytes, exc: InvalidURLError) -> FeedResult:
@@ -146,13 +219,31 @@ class TargetEncodingParser:
 
 
 class GatewayRequestHandler(RequestHandler):
-    """aiohttp's ``RequestHandler`` (one connection's protocol), with :class:`TargetEncodingParser`.
+    """aiohttp's ``RequestHandler`` (one connection's protocol) with the gateway's limits.
 
-    Takes ``RequestHandler``'s arguments; its parser is made as
-    ``RequestHandler`` makes its own.
+    Its parser is a :class:`TargetEncodingParser`, made as ``RequestHandler``
+    makes its own; ``limits`` bound the time a client takes (the module's
+    docstring); ``slots``, when given, counts the connection
+    (:class:`ConnectionSlots`); ``probes_only``: a connection past the cap,
+    whose requests other than :data:`PROBE_PATHS` are answered 503. Takes
+    ``RequestHandler``'s other arguments.
     """
 
-    def __init__(self, manager: web.Server, *, loop: asyncio.AbstractEventLoop, **kwargs: Any):
+    __slots__ = ("_body", "_body_since", "_head_since", "_limits", "_slots", "_stall_handle")
+
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        limits: ConnectionLimits = DEFAULT_LIMITS,
+        slots: ConnectionSlots | None = None,
+        probes_only: bool = False,
+        **kwargs: Any,
+    ):
+        if probes_only:
+            limits = limits.for_probes()
+        kwargs["keepalive_timeout"] = limits.keepalive_timeout_s
         super().__init__(manager, loop=loop, **kwargs)
         auto_decompress = bool(kwargs.get("auto_decompress", True))
 
@@ -171,21 +262,164 @@ class GatewayRequestHandler(RequestHandler):
 
         parser = self._parser
         assert isinstance(parser, HttpRequestParser)
-        self._parser = TargetEncodingParser(parser, new_parser)  # type: ignore[assignment]
+        self._parser = TargetEncodingParser(parser, new_parser, self)  # type: ignore[assignment]
+        self._limits = limits
+        self._slots = slots
+        # The loop time of the first byte of a request head not yet whole.
+        self._head_since: float | None = None
+        # The body arriving (not yet whole), and the loop time of its last read.
+        self._body: StreamReader | None = None
+        self._body_since = 0.0
+        self._stall_handle: asyncio.TimerHandle | None = None
+        if probes_only and self._request_handler is not None:
+            self._request_handler = probes_only_handler(self._request_handler, slots)
+
+    # -- timing the client (the parser's ReadWatcher) ---------------------------
+
+    def head_started(self) -> None:
+        if self._force_close or self._close:
+            return
+        now = self._loop.time()
+        self._head_since = now
+        self._arm(now + self._limits.head_timeout_s)
+
+    def head_done(self) -> None:
+        self._head_since = None
+
+    def body_read(self, payload: StreamReader) -> None:
+        if payload.is_eof():
+            self._body = None
+            return
+        now = self._loop.time()
+        self._body_since = now  # b"" too: reading resumed, the client may send again
+        if payload is not self._body:
+            self._body = payload
+            self._arm(now + self._limits.body_timeout_s)
+
+    def _arm(self, when: float) -> None:
+        """Check the client at ``when`` (or earlier, when a check is already due before)."""
+        handle = self._stall_handle
+        if handle is not None:
+            if handle.when() <= when:
+                return  # it will re-arm itself for the later deadline
+            handle.cancel()
+        self._stall_handle = self._loop.call_at(when, self._check_stall)
+
+    def _check_stall(self) -> None:
+        self._stall_handle = None
+        if self._force_close or self._close or self.transport is None:
+            return
+        now = self._loop.time()
+        body = self._body
+        if body is not None and body.is_eof():
+            self._body = body = None
+        if body is not None:
+            if self._reading_paused or self._buffer_paused:
+                self._body_since = now  # the gateway holds the client back, not its stall
+            deadline = self._body_since + self._limits.body_timeout_s
+            if now < deadline:
+                self._arm(deadline)
+            else:
+                self._body_timed_out(body)
+            return
+        if self._head_since is None:
+            return
+        if not self._waiting():
+            self._head_since = now  # queued behind a request still being answered
+        deadline = self._head_since + self._limits.head_timeout_s
+        if now < deadline:
+            self._arm(deadline)
+            return
+        seconds = self._limits.head_timeout_s
+        logger.debug(
+            "closed the connection of %s: request head incomplete %g s after its first byte",
+            self.peername,
+            seconds,
+        )
+        message = f"the request head was not complete {seconds:g} s after its first byte"
+        self._answer_and_close(raw_answer(408, "Request Timeout", message))
+
+    def _body_timed_out(self, body: StreamReader) -> None:
+        seconds = self._limits.body_timeout_s
+        logger.debug(
+            "closed the connection of %s: the request body stopped for %g s",
+            self.peername,
+            seconds,
+        )
+        request = self._current_request
+        if request is not None and request.content is body and request.writer.output_size == 0:
+            message = f"the request body stopped: no byte for {seconds:g} s"
+            self._answer_and_close(raw_answer(408, "Request Timeout", message))
+        else:
+            self.force_close()  # an answer (or another request's) is under way: just close
+
+    def _answer_and_close(self, answer: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(answer)
+        self.force_close()
+
+    def _waiting(self) -> bool:
+        """Whether the connection waits for a request (idle, or receiving a head)."""
+        waiter = self._waiter
+        return waiter is not None and not waiter.done() and not self._force_close
+
+    def waiting_since(self) -> float | None:
+        """Loop time since which the connection waits for a request; ``None`` when busy."""
+        if not self._waiting() or self.transport is None:
+            return None
+        return self._next_keepalive_close_time - self._keepalive_timeout
+
+    def evict(self) -> None:
+        """Close the connection to make room (it waits for a request: :meth:`waiting_since`).
+
+        An idle connection is closed without a word (as when its keep-alive
+        ends); one in the middle of a head gets a 503 first.
+        """
+        if self._head_since is not None:
+            self._answer_and_close(busy_answer(self._slots))
+        else:
+            self.force_close()
+
+    def _process_keepalive(self) -> None:
+        if self._head_since is not None:
+            # A head is arriving: the head timeout applies from its first byte, not this one.
+            self._keepalive_handle = None
+            return
+        super()._process_keepalive()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        handle = self._stall_handle
+        if handle is not None:
+            handle.cancel()
+            self._stall_handle = None
+        if self._slots is not None:
+            self._slots.discard(self)
+        super().connection_lost(exc)
 
 
 class GatewaySockSite(web.SockSite):
     """``aiohttp.web.SockSite`` whose connections are :class:`GatewayRequestHandler`.
 
-    ``handler_kwargs``: the ``RequestHandler`` arguments the runner was
-    given (``access_log``, ``access_log_format``...).
+    ``limits``: the connections' :class:`ConnectionLimits` (the cap is
+    counted per site); ``handler_kwargs``: the ``RequestHandler`` arguments
+    the runner was given (``access_log``, ``access_log_format``...).
     """
 
-    __slots__ = ("_handler_kwargs",)
+    __slots__ = ("_handler_kwargs", "_limits", "connections")
 
-    def __init__(self, runner: web.BaseRunner, sock: socket.socket, **handler_kwargs: Any):
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        sock: socket.socket,
+        *,
+        limits: ConnectionLimits = DEFAULT_LIMITS,
+        **handler_kwargs: Any,
+    ):
         super().__init__(runner, sock)
         self._handler_kwargs = handler_kwargs
+        self._limits = limits
+        self.connections = ConnectionSlots(limits.max_connections)
 
     async def start(self) -> None:
         # BaseSite.start registers the site; SockSite.start would serve aiohttp's handler.
@@ -194,9 +428,16 @@ class GatewaySockSite(web.SockSite):
         server = self._runner.server
         assert server is not None
         kwargs = self._handler_kwargs
+        limits = self._limits
+        slots = self.connections
 
-        def protocol() -> GatewayRequestHandler:
-            return GatewayRequestHandler(server, loop=loop, **kwargs)
+        def make(probes_only: bool) -> GatewayRequestHandler:
+            return GatewayRequestHandler(
+                server, loop=loop, limits=limits, slots=slots, probes_only=probes_only, **kwargs
+            )
+
+        def protocol() -> asyncio.Protocol:
+            return slots.protocol(make)
 
         self._server = await loop.create_server(
             protocol, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog
@@ -210,16 +451,18 @@ def run_app(
     loop: asyncio.AbstractEventLoop,
     handler_cancellation: bool = False,
     unix_path: str | None = None,
+    limits: ConnectionLimits = DEFAULT_LIMITS,
     **handler_kwargs: Any,
 ) -> None:
     """Serve ``app`` on ``sock`` until SIGINT or SIGTERM, as ``aiohttp.web.run_app`` does.
 
     The same life cycle (startup and cleanup signals, graceful shutdown of
     open connections, remaining tasks cancelled, ``loop`` closed), with
-    connections handled by :class:`GatewayRequestHandler`.
+    connections handled by :class:`GatewayRequestHandler` under ``limits``.
     ``handler_kwargs`` go to every ``RequestHandler``. ``unix_path``: also
     serve the app on a Unix socket there, made once the app has started
-    (the recorder of ``--workers``: :mod:`gateway.server.recorder_link`).
+    (the recorder of ``--workers``: :mod:`gateway.server.recorder_link`;
+    aiohttp's handler and limits, a local peer).
     """
 
     async def serve() -> None:
@@ -228,7 +471,7 @@ def run_app(
         )
         await runner.setup()
         try:
-            await GatewaySockSite(runner, sock, **handler_kwargs).start()
+            await GatewaySockSite(runner, sock, limits=limits, **handler_kwargs).start()
             if unix_path is not None:
                 from gateway.server.recorder_link import remove_stale_socket
 
