@@ -42,6 +42,7 @@ from typing import Any, Final
 
 import yaml
 
+from gateway.cdx.hosts import HostError, normalize_base_url
 from gateway.clients import ClientSettings
 from gateway.errors import ConfigError
 from gateway.index.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules
@@ -141,13 +142,26 @@ class MementoSettings:
 
     ``timemap_page_size``: mementos per TimeMap page; longer TimeMaps are
     paged with ``rel="timemap"`` links carrying ``from``/``until``.
+    ``public_url``: the base URL clients reach the gateway at
+    (``https://archive.example.org``, a path allowed: ``.../gw``); the
+    URIs the gateway writes (``Location``, ``Link``, TimeMaps) start with it.
+    When unset they start with the request's scheme and its validated
+    ``Host`` (:mod:`gateway.api.host`). Validated and normalised at load
+    (:func:`~gateway.cdx.hosts.normalize_base_url`: ASCII host, no final ``/``).
     """
 
     timemap_page_size: int = 10_000
+    public_url: str | None = None
 
     def __post_init__(self) -> None:
         if self.timemap_page_size < 1:
             raise ValueError(f"timemap_page_size {self.timemap_page_size}: expected 1 or more")
+        if self.public_url is not None:
+            try:
+                normalized = normalize_base_url(self.public_url)
+            except HostError as exc:
+                raise SettingError("public_url", str(exc)) from None
+            object.__setattr__(self, "public_url", normalized)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,7 +20,10 @@ is (percent-encoded here), so anything a client can put in a request line
 is tried: unknown collections and paths, every parameter of every dialect
 with valid, borderline and random values (other scripts' digits, integers
 past 64 bits, catastrophic regexes, URLs that do not parse), post-request
-bodies (wrapped requests, multipart, JSON, garbage) and ``Accept-Datetime``.
+bodies (wrapped requests, multipart, JSON, garbage), ``Accept-Datetime``
+and, on a quarter of the requests, a ``Host`` of their own: raw bytes (not
+UTF-8 too), IDNA and UTS #46 edge cases, ports and IPv6 literals that do
+not parse (only the control characters aiohttp refuses itself are left out).
 
 :func:`problems` is the property: no 5xx, a JSON body with a ``message`` on
 every 4xx, no answer slower than the group timeout plus
@@ -32,7 +35,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 from urllib.parse import quote
@@ -63,10 +66,13 @@ class Request:
     target: str
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
+    #: The ``Host`` header's bytes as sent; None: ``127.0.0.1:port``.
+    host: bytes | None = None
 
     def __str__(self) -> str:
         shown = self.target if len(self.target) < 300 else self.target[:300] + "..."
-        return f"{self.method} {shown} {dict(self.headers)} body={self.body[:200]!r}"
+        host = "" if self.host is None else f" Host={self.host[:100]!r}"
+        return f"{self.method} {shown}{host} {dict(self.headers)} body={self.body[:200]!r}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +301,60 @@ def _wrapped_request(draw: st.DrawFn) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8") + body
 
 
+#: ``Host`` values at the edges of IDNA, UTS #46 and the authority syntax.
+_HOSTS: Final = [
+    b"\xe9vil.com",  # Latin-1: not UTF-8
+    b"\xff\xfe",
+    "évil.com".encode(),
+    "\u2488.com".encode(),  # ⒈: disallowed, or "1." once mapped (an empty label)
+    "\uff45xample\u3002com".encode(),  # full-width letters, ideographic full stop
+    "a\u200db.com".encode(),  # a joiner outside its context
+    "\u0627\u0644\u0639\u0631\u0628\u064a\u06291.com".encode(),  # Bidi rule
+    "a\u0301.com".encode(),  # a combining mark
+    "\u00df.de".encode(),
+    "\u4f8b\u3048.\u30c6\u30b9\u30c8".encode(),
+    b"xn--bcher-kva.example",
+    b"xn---bbk.com",  # not the canonical Punycode of its U-label
+    b"xn--",
+    b"a..b",
+    b".",
+    b"example.com.",
+    b"-a-.com",
+    b"r3---sn-x_y.example.com",
+    b"a" * 64 + b".com",
+    b"a." * 130,
+    b"%41.com",
+    b"a@b.com",
+    b"a b",
+    b"\ta.com",
+    b"",
+    b"   ",
+    b"127.0.0.1:8080",
+    b"example.com:",
+    b"example.com:99999",
+    b"example.com:8o",
+    b"example.com:1:2",
+    b"[::1]:80",
+    b"[::1",
+    b"[fe80::1%eth0]",
+    b"[::1]x",
+    "\u0661\u0662.com:\uff18\uff10".encode(),
+]
+#: Bytes aiohttp takes in a header value (it answers control characters
+#: itself, with a plain-text 400 the gateway cannot change).
+_HOST_BYTES: Final = [b for b in range(256) if b == 9 or 0x20 <= b != 0x7F]
+
+
+def _hosts() -> st.SearchStrategy[bytes]:
+    return st.one_of(
+        st.sampled_from(_HOSTS),
+        st.lists(st.sampled_from(_HOST_BYTES), max_size=40).map(bytes),
+        st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=30).map(
+            lambda text: text.encode("utf-8")
+        ),
+    )
+
+
 def _encoded_path(text: str) -> str:
     return quote(text, safe="/:?=&%[]@!$'()*+,;~")
 
@@ -302,6 +362,14 @@ def _encoded_path(text: str) -> str:
 @st.composite
 def requests(draw: st.DrawFn) -> Request:
     """One request to any route of the fuzzed gateway (see the module docstring)."""
+    request = draw(_request())
+    if draw(st.integers(0, 3)) == 0:  # a Host of its own, raw bytes as sent
+        return replace(request, host=draw(_hosts()))
+    return request
+
+
+@st.composite
+def _request(draw: st.DrawFn) -> Request:
     coll = draw(st.sampled_from([*COLLECTIONS, "nope", "", "_status"]))
     kind = draw(st.sampled_from(["get", "get", "get", "post", "memento", "memento", "other"]))
     if kind == "other" and coll == "live":
@@ -409,7 +477,11 @@ def send(port: int, request: Request, upstream_host: str, timeout_s: float) -> A
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
     started = time.monotonic()
     try:
-        conn.putrequest(request.method, target, skip_accept_encoding=True)
+        conn.putrequest(
+            request.method, target, skip_host=request.host is not None, skip_accept_encoding=True
+        )
+        if request.host is not None:
+            conn.putheader("Host", request.host)
         for name, value in request.headers:
             conn.putheader(name, value.encode("utf-8"))
         if request.body or request.method == "POST":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.ia_query import parse_ia_query
 from gateway.cdx.query import CaptureQuery, CdxFilter, key_range, parse_query
 from gateway.errors import BadRequest
 
@@ -119,3 +120,67 @@ def test_urls_from_archived_records_are_looked_up_as_archived() -> None:
     with pytest.raises(ValueError, match="not a valid IDNA name"):
         CaptureQuery.for_url("http://a..b/")
     assert CaptureQuery.for_url("http://a..b/", check=False).key == "b,a)/"
+
+
+# -- hosts: validated and normalised once (gateway.cdx.hosts) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "normalised"),
+    [
+        ("http://Bücher.example/", "http://xn--bcher-kva.example/"),
+        ("http://B%C3%BCcher.example/a", "http://xn--bcher-kva.example/a"),  # escapes decoded
+        ("Bücher.example/a?q=ü", "xn--bcher-kva.example/a?q=ü"),  # schemeless stays so
+        ("http://EXAMPLE.com:0080/", "http://example.com:80/"),
+        ("http://\uff45xample.com/", "http://example.com/"),  # full-width: UTS #46
+        ("http://r3---sn-x_y.example.com/", "http://r3---sn-x_y.example.com/"),  # DNS names
+        ("http://%5B::1%5D/", "http://[::1]/"),
+        ("example.com:8080/a", "example.com:8080/a"),  # a host and port, not a scheme
+        (" http://example.com/\n", "http://example.com/"),  # as urlsplit and SURT read it
+        ("http:////Bücher.example/", "http://xn--bcher-kva.example/"),  # the host SURT reads
+        ("//Bücher.example/a", "xn--bcher-kva.example/a"),  # scheme-relative
+        ("http://https://Bücher.example/", "https://xn--bcher-kva.example/"),
+    ],
+)
+def test_a_valid_host_is_normalised_in_the_query(url: str, normalised: str) -> None:
+    query = parse_query(q(url=url))
+    assert query.url == normalised
+    assert query.key == key_range(normalised, "exact")[0]
+    assert CaptureQuery.for_url(url).url == normalised
+    assert parse_ia_query(q(url=url)).base.url == normalised
+
+
+def test_an_idna_host_has_the_key_of_its_a_label() -> None:
+    query = parse_query(q(url="http://Bücher.example/"))
+    assert query.url == "http://xn--bcher-kva.example/"
+    assert query.key == "example,xn--bcher-kva)/"
+    domain = parse_query(q(url="*.Bücher.example"))
+    assert (domain.url, domain.match_type) == ("xn--bcher-kva.example", "domain")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://\u2488.com/",  # ⒈: disallowed, or "1." once mapped: an empty label
+        "//\u2488.com/",  # $live fetches it as http://⒈.com/
+        "http:////\u2488.com/",  # SURT reads the host after the slashes
+        "http://a..b/",
+        "http://xn---bbk.com/",  # not the canonical Punycode of its U-label
+        "http://a\u200db.com/",  # ZERO WIDTH JOINER outside its context
+        "http://%E9vil.com/",  # escapes that are not UTF-8
+        "http://a b.com/",
+        "http://[fe80::1%25eth0]/",  # no zones in URLs
+        "http://example.com:\uff18\uff10/",
+        "http://example.com:65536/",
+    ],
+)
+def test_a_host_idna_refuses_is_a_400_naming_url(url: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        parse_query(q(url=url))
+    assert caught.value.param == "url"
+    assert "cannot parse URL" in caught.value.problem
+    with pytest.raises(BadRequest) as ia:
+        parse_ia_query(q(url=url))
+    assert ia.value.param == "url"
+    with pytest.raises(ValueError, match="cannot parse URL"):
+        CaptureQuery.for_url(url)

@@ -34,9 +34,15 @@ for ``http(s)://`` URLs, which pywb's ``memento+`` sources call)
     capture that loads. See :func:`gateway.api.replay.replay_headers` for what happens to the
     archived headers.
 
-URI-Ms are ``{scheme}://{host}/{coll}/{timestamp}id_/{url}``, absolute on the
-host the request was sent to. A sequence collection answers TimeGates and
-TimeMaps from its first step with captures (as the Index API does).
+URI-Ms are ``{base}/{coll}/{timestamp}id_/{url}``, absolute: ``{base}`` is
+the configured ``memento.public_url``, else ``{scheme}://{host}`` with the
+request's ``Host`` validated and normalised (:mod:`gateway.api.host`; an
+invalid ``Host`` is a 400 naming it). ``{url}`` is validated and normalised
+once, before any lookup (:mod:`gateway.cdx.hosts`: its host in IDNA ASCII;
+a host that is not valid is a 400 naming ``url``, on every collection): the
+links, the lookups and a live fetch all use that form. A sequence
+collection answers TimeGates and TimeMaps from its first step with captures
+(as the Index API does).
 """
 
 from __future__ import annotations
@@ -53,10 +59,12 @@ from aiohttp import web
 
 from gateway.api.common import ERRORS_HEADER, client_left, collection_for, errors_header_value
 from gateway.api.cors import add_cors_headers
+from gateway.api.host import public_base
 from gateway.api.keys import TIMEMAP_PAGE_SIZE
 from gateway.api.replay import archived_response, replay_headers, unframe
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.cdxops import timestamp_to_seconds
+from gateway.cdx.hosts import normalize_url
 from gateway.cdx.memento import (
     LINK_FORMAT,
     MementoRef,
@@ -99,7 +107,6 @@ TIMEMAP_TYPES: Final[dict[str, str]] = {
 _JSON_KEYS: Final = {"link": "link_format", "json": "json_format", "cdxj": "cdxj_format"}
 _PAGE_SEGMENT = re.compile(r"([0-9]{14})/(.+)", re.DOTALL)
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/+")
-_BRACKET = re.compile(r"%5([bBdD])")
 _NO_BODY_STATUSES: Final = frozenset({204, 304})
 
 
@@ -108,7 +115,7 @@ _NO_BODY_STATUSES: Final = frozenset({204, 304})
 class _Target:
     """The URI-R of a request and the gateway URIs built from it."""
 
-    base: str  # "http://host:port/coll", the collection as written in the request
+    base: str  # "{public base}/coll" (gateway.api.host), the collection as in the request
     original: str
 
     def memento(self, ts: str) -> str:
@@ -135,24 +142,29 @@ class _Target:
 
 
 def _normalize_url(text: str) -> str:
-    """``http:/a`` -> ``http://a``; no scheme -> ``http://`` prepended (as pywb does);
-    percent-encoded IPv6 brackets in the host decoded (``http://%5B::1%5D/``:
-    clients encode ``[`` and ``]``, which may not stand in a path).
+    """The URI-R of a path: ``http:/a`` -> ``http://a``; no scheme -> ``http://``
+    prepended (as pywb does); then validated and normalised once
+    (:func:`~gateway.cdx.hosts.normalize_url`: the host in IDNA ASCII,
+    percent-escapes of the host decoded, ``http://%5B::1%5D/`` read as
+    ``http://[::1]/``, since clients encode ``[`` and ``]``, which may not
+    stand in a path). Raises :class:`BadRequest` naming ``url``.
 
     >>> _normalize_url("http:/example.com/a")
     'http://example.com/a'
     >>> _normalize_url("http://%5B::1%5D:8080/%5B")
     'http://[::1]:8080/%5B'
+    >>> _normalize_url("http://B%C3%BCcher.example/")
+    'http://xn--bcher-kva.example/'
     """
     match = _SCHEME.match(text)
     if match:
         scheme, rest = match.group(1), text[match.end() :]
     else:
         scheme, rest = "http", text
-    authority, slash, path = rest.partition("/")
-    if "%" in authority:
-        authority = _BRACKET.sub(lambda m: "[" if m.group(1) in "bB" else "]", authority)
-    return f"{scheme}://{authority}{slash}{path}"
+    try:
+        return normalize_url(f"{scheme}://{rest}")
+    except ValueError as exc:
+        raise BadRequest("url", str(exc)) from exc
 
 
 def _target(request: web.Request, skip: int, *, paged: bool = False) -> tuple[_Target, str | None]:
@@ -173,13 +185,14 @@ def _target(request: web.Request, skip: int, *, paged: bool = False) -> tuple[_T
             "missing; put the original URL after the route, e.g. "
             f"/{parts[1]}/timegate/http://example.com/",
         )
-    base = f"{request.scheme}://{request.host}/{parts[1]}"
+    base = f"{public_base(request)}/{parts[1]}"
     return _Target(base, _normalize_url(rest)), from_ts
 
 
 def _query(url: str, closest: str | None = None) -> CaptureQuery:
+    """The lookup of a URI-R :func:`_target` normalised already (not checked again)."""
     try:
-        return CaptureQuery.for_url(url, closest=closest)
+        return CaptureQuery.for_url(url, closest=closest, check=False)
     except ValueError as exc:
         raise BadRequest("url", str(exc)) from exc
 

@@ -2,6 +2,7 @@
 
 - :mod:`~gateway.cdx.cdxj`          ``CdxRecord``: CDXJ and legacy CDX lines, urlkeys
 - :mod:`~gateway.cdx.query`         ``CaptureQuery``: the Index and Resource API parameters
+- :mod:`~gateway.cdx.hosts`         client hosts and URLs validated and normalised (IDNA, UTS #46)
 - :mod:`~gateway.cdx.ia_query`      ``IaQuery``: the IA CDX server's parameters
 - :mod:`~gateway.cdx.cdxops`        streaming operations over captures (pywb ``cdxops``)
 - :mod:`~gateway.cdx.client_regex`  client regexes compiled for RE2

@@ -10,6 +10,10 @@ Parameter semantics follow pywb's warcserver (``CDXQuery`` and
 ``resolveRevisits`` (the same boolean, default off) and ``collapseTime``.
 
 Every problem raises :class:`~gateway.errors.BadRequest` naming the parameter.
+The ``url`` is validated and normalised here, once
+(:func:`~gateway.cdx.hosts.normalize_url`: its host in IDNA/UTS #46 ASCII
+form): the query holds the normalised URL, and every source, loader and
+link sees only it.
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Final, Literal, Protocol
-from urllib.parse import urlsplit
 
 from warcio.timeutils import datetime_to_timestamp, timestamp_to_datetime
 
 from gateway.cdx.cdxj import FIELD_ALIASES, CdxRecord, canonical_urlkey
 from gateway.cdx.client_regex import ClientRegex, check_filter_count, compile_client_regex
+from gateway.cdx.hosts import normalize_url
 from gateway.errors import BadRequest
 
 __all__ = [
@@ -63,7 +67,6 @@ _PAD_UP: Final = "29991231235959"
 #: 1 to 14 ASCII digits (``\d`` would take other scripts' digits, ``٢٠١٤``).
 TIMESTAMP_DIGITS: Final = re.compile(r"[0-9]{1,14}")
 _INTEGER: Final = re.compile(r"[+-]?[0-9]{1,20}")
-_SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
 
 
 def pad_timestamp(ts: str, up: bool) -> str:
@@ -126,46 +129,6 @@ def now_timestamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%d%H%M%S")
 
 
-def check_url(url: str) -> None:
-    """Raise :class:`ValueError` saying why when ``url`` is not one the web can hold.
-
-    What every later step (SURT, a remote archive's client, the live fetch)
-    parses must parse here first: Python's ``urlsplit`` (an unclosed IPv6
-    bracket, a netloc that NFKC-normalizes into a delimiter), the port
-    (ASCII digits, at most 65535) and the host name in IDNA (no empty label,
-    none longer than 63 characters: ``a..b``). A URL without a scheme is
-    read as ``http://`` + the URL, as SURT reads it.
-
-    >>> check_url("iana.org/about")
-    >>> check_url("http://a..b/")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ValueError: cannot parse URL 'http://a..b/': host 'a..b' is not a valid IDNA name (...)
-    >>> check_url("http://[::1")
-    Traceback (most recent call last):
-    ValueError: cannot parse URL 'http://[::1': Invalid IPv6 URL
-    """
-    full = url if _SCHEME.match(url) else "http://" + url
-    try:
-        parts = urlsplit(full)
-        parts.port  # noqa: B018  (raises on a port that is not one)
-        host = parts.hostname
-    except ValueError as exc:
-        raise ValueError(f"cannot parse URL {_cut(url)!r}: {exc}") from None
-    if host and not parts.netloc.rpartition("@")[2].startswith("["):
-        try:
-            host.encode("idna")
-        except UnicodeError as exc:
-            reason = exc.__cause__ or exc
-            raise ValueError(
-                f"cannot parse URL {_cut(url)!r}: host {_cut(host)!r} is not a valid IDNA name "
-                f"({reason})"
-            ) from None
-
-
-def _cut(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def key_range(url: str, match_type: MatchType, *, check: bool = True) -> tuple[str, str]:
     """The urlkey range ``[start, end)`` a query covers (pywb ``calc_search_range``).
 
@@ -181,11 +144,12 @@ def key_range(url: str, match_type: MatchType, *, check: bool = True) -> tuple[s
     ('com,', 'com-')
 
     Raises :class:`ValueError` when ``url`` cannot be parsed
-    (:func:`check_url`, unless ``check`` is false: a URL read from an
-    archived record is looked up as it was archived) or canonicalized.
+    (:func:`~gateway.cdx.hosts.normalize_url`, unless ``check`` is false: a
+    URL read from an archived record, or one normalised already, is looked
+    up as it is) or canonicalized. The key is that of the normalised URL.
     """
     if check:
-        check_url(url)
+        url = normalize_url(url)
     start = canonical_urlkey(url)
     if match_type == "exact":
         return start, start + "!"
@@ -322,9 +286,16 @@ class CaptureQuery:
         limit: int = DEFAULT_LIMIT,
         check: bool = True,
     ) -> CaptureQuery:
-        """Build a query from code (e.g. revisit resolution); raises ValueError on a bad URL
-        (``check``: as :func:`key_range`)."""
-        key, end_key = key_range(url, match_type, check=check)
+        """Build a query from code (e.g. revisit resolution); raises ValueError on a bad URL.
+
+        With ``check`` (the default) ``url`` is validated and normalised
+        (:func:`~gateway.cdx.hosts.normalize_url`: the query holds the
+        normalised URL); without, it is taken as it is (a URL read from an
+        archived record, or one normalised at the edge already).
+        """
+        if check:
+            url = normalize_url(url)
+        key, end_key = key_range(url, match_type, check=False)
         return cls(
             url=url,
             match_type=match_type,
@@ -432,7 +403,13 @@ def _url_range(
     if not url:
         raise BadRequest("url", "empty after removing the wildcard")
     try:
-        key, end_key = key_range(url, match_type)
+        url = normalize_url(url)
+    except ValueError as exc:
+        raise BadRequest("url", str(exc)) from exc
+    if not url:
+        raise BadRequest("url", "empty; the url parameter is required")
+    try:
+        key, end_key = key_range(url, match_type, check=False)
     except ValueError as exc:
         raise BadRequest("url", str(exc)) from exc
     return url, match_type, key, end_key

@@ -49,6 +49,10 @@ connector of :mod:`gateway.loaders.netpolicy` that refuses loopback, private,
 link-local, metadata and other non-public addresses after DNS resolution, at
 the connection itself. Refusals raise :class:`LiveFetchRefused` (a
 :class:`~gateway.errors.LoadError`: the API answers 404 naming the reason).
+The URL's host is checked as at the API's edge
+(:func:`~gateway.cdx.hosts.normalize_url`, IDNA with UTS #46) before
+anything connects: the API refuses such a URL with a 400 first, so this
+only stops a capture made some other way.
 
 The loader owns one ``aiohttp.ClientSession`` (created on first use, closed by
 :meth:`LiveLoader.aclose`, which the source's ``aclose`` calls at app
@@ -73,6 +77,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from gateway.cdx.cdxj import CdxRecord
+from gateway.cdx.hosts import normalize_url
 from gateway.cdx.query import now_timestamp
 from gateway.clients import SharedClients
 from gateway.errors import BadRequest, LiveFetchRefused, LoadError
@@ -237,8 +242,12 @@ class LiveLoader:
         """
         url = with_scheme(capture.fields.get("load_url") or capture.url)
         try:
+            # Normalised at the edge already (gateway.cdx.hosts); checked
+            # again here, as it is, so that no other path hands the resolver
+            # a host IDNA refuses (getaddrinfo raises UnicodeError on "1..com").
+            normalize_url(url)
             target = URL(url)
-        except ValueError as exc:  # yarl: bad IPv6 literal, port, IDNA host
+        except ValueError as exc:  # the host check, yarl: bad IPv6 literal, port
             raise LiveFetchRefused(f"live fetch of {url} refused: not a valid URL ({exc})") from exc
         if target.scheme not in ALLOWED_SCHEMES or not target.raw_host:
             raise LiveFetchRefused(

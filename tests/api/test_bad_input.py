@@ -28,6 +28,9 @@ BAD_URLS = [
     "http://" + "a" * 64 + ".com/",
     "http://example.com:\uff18\uff10/",  # full-width digits in the port
     "http://example.com:99999/",
+    "http://\u2488.com/",  # ⒈: IDNA refuses it (it crashed the $live fetch: a 500)
+    "http://xn---bbk.com/",  # a fake A-label
+    "http://a\u200db.com/",  # a joiner outside its context
 ]
 
 

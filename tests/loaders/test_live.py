@@ -421,6 +421,9 @@ async def test_decimal_ipv4_host_is_not_a_way_around(web: LiveWeb, clients: Shar
         ("http:///no-host", "only http:// and https://"),
         ("http://[::1/", "not a valid URL"),
         ("http://example.com:99999/", "not a valid URL"),
+        # IDNA refuses the host: getaddrinfo would raise UnicodeError (a 500)
+        ("http://\u2488.com/", "not a valid URL"),
+        ("http://a..b/", "not a valid URL"),
     ],
 )
 async def test_urls_that_are_not_http_are_refused(
