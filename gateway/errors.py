@@ -10,7 +10,9 @@
     │   ├── SourceTimeout                  ... did not answer within its deadline
     │   ├── SourceUnavailable              ... refused, reset, HTTP error status
     │   ├── SourceBadAnswer                ... answered something unparseable
-    │   └── SourceSkipped                  ... skipped by its circuit breaker
+    │   ├── SourceSkipped                  ... skipped by its circuit breaker
+    │   └── SourceRefused             4xx  ... refused the query: the client's input, not
+    │                                          a fault of the source (an upstream 400)
     ├── AllSourcesFailed              503  every source of a lookup failed
     ├── CapturesUnavailable           503  captures found, none loaded: their places unreachable
     ├── JobsUnavailable               503  the jobs database cannot be read (/_jobs)
@@ -28,6 +30,7 @@
         ├── LiveFetchRefused               ... live URL refused (scheme, network policy)
         ├── UnsafeFilename                 ... CDX filename escapes its prefixes
         ├── RecordFormatError              ... bytes at offset are not a WARC/ARC record
+        │   └── RecordFramingError    502  ... its length cannot be read (-1, abc)
         ├── RevisitUnresolved              ... a revisit's original was not found
         └── SelfRedirect                   ... a 3xx capture redirects to itself
 
@@ -61,11 +64,13 @@ __all__ = [
     "NotFound",
     "PlaceUnreachable",
     "RecordFormatError",
+    "RecordFramingError",
     "RecordTooLarge",
     "RevisitUnresolved",
     "SelfRedirect",
     "SourceBadAnswer",
     "SourceError",
+    "SourceRefused",
     "SourceSkipped",
     "SourceTimeout",
     "SourceUnavailable",
@@ -178,6 +183,23 @@ class SourceSkipped(SourceError):
     """The source was skipped by its circuit breaker after repeated failures."""
 
 
+class SourceRefused(SourceError):
+    """The source refused the query because of the client's input, not because it
+    is in trouble: a remote archive answered a 4xx about the URL asked for (an
+    upstream ``400 Bad Request``), or the URL cannot be asked of it at all.
+
+    ``status`` is the answer's (a 4xx: 400 unless the upstream's says more,
+    :func:`gateway.sources.upstream.refusal`). A refusal never feeds a circuit
+    breaker or readiness (:mod:`gateway.index.group`); when every source of a
+    lookup refused it, the client gets this 4xx, else it is listed in
+    ``errors`` beside the other sources' answers.
+    """
+
+    def __init__(self, source: str, reason: str, status: int = 400) -> None:
+        super().__init__(source, reason)
+        self.status = status
+
+
 class AllSourcesFailed(GatewayError):
     """Every source of a lookup failed, so "no captures" cannot be claimed (HTTP 503)."""
 
@@ -262,6 +284,19 @@ class UnsafeFilename(LoadError):
 
 class RecordFormatError(LoadError):
     """The bytes at the CDX offset are not a WARC or ARC record."""
+
+
+class RecordFramingError(RecordFormatError):
+    """The record's length cannot be read (``Content-Length: -1``, an ARC length
+    ``abc``): where it ends is unknown, so it is never served as a record.
+
+    The lookup moves on to the next capture; when every capture failed with
+    this, the answer is a 502 naming the file and offset
+    (:func:`gateway.index.collection.find_record`): the archive file holds a
+    broken record, which is neither "not archived" (404) nor "down" (503).
+    """
+
+    status = 502
 
 
 class RevisitUnresolved(LoadError):

@@ -1,14 +1,17 @@
 """index_group deadlines, honest errors, circuit breaker and cancellation.
 
 Real aiohttp servers on 127.0.0.1 play a hanging archive, one that accepts a
-connection and never answers, one that answers garbage and one that answers
-503 with Retry-After. Timing assertions use margins of 5x or more.
+connection and never answers, one that answers garbage, one that answers
+503 with Retry-After, one that refuses every query with a 400 (the client's
+error: it never opens a breaker) and one that answers 401. Timing assertions
+use margins of 5x or more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,6 +56,10 @@ async def _upstream_app(upstream: Upstream, sample_dir: Path) -> web.Application
             return web.Response(body=b"<html>\x00\xffnot an index</html>\n")
         if upstream.mode == "busy":
             return web.Response(status=503, headers={"Retry-After": "120"})
+        if upstream.mode == "refuse":
+            return web.Response(status=400, text="Invalid URL: " + request.query.get("url", ""))
+        if upstream.mode == "unauthorized":
+            return web.Response(status=401, text="who are you?")
         return web.Response(body=lines, content_type="text/x-cdxj")
 
     app = web.Application()
@@ -372,3 +379,90 @@ async def test_the_fuzzy_retry_shares_the_exact_lookups_deadline(
         assert '"is_fuzzy": "1"' in resp.headers["Warcserver-Cdx"]
     assert state.requests == 1  # the widened lookup never reached the hanging member
     assert elapsed < TIMEOUT_S * MARGIN
+
+
+# --------------------------------------------------------- the client's error (issue 21 §2)
+async def _breakers_closed_and_ready(client: Client) -> None:
+    status = await (await client.get("/_status")).json()
+    for steps in status["breakers"].values():
+        for members in steps.values():
+            for name, breaker in members.items():
+                assert breaker["state"] == "closed", (name, breaker)
+                assert breaker["failures"] == 0, (name, breaker)
+    ready = await client.get("/_ready")
+    assert (ready.status, await ready.json()) == (200, {"ready": True})
+
+
+async def test_a_refusing_member_is_listed_and_never_opens_the_breaker(
+    make_client: MakeClient, sample_dir: Path, upstream: tuple[Upstream, str]
+) -> None:
+    state, url = upstream
+    state.mode = "refuse"
+    client = await make_client(_group(sample_dir, url))
+    for attempt in range(1, 7):  # twice the breaker's threshold
+        resp = await client.get("/g/index", params={"url": "iana.org"})
+        assert resp.status == 200
+        assert len((await resp.text()).splitlines()) == 1  # the local member's capture
+        reason = json.loads(resp.headers["ResErrors"])["remote"]
+        assert reason.startswith("the archive refused the query: CDX server ")
+        assert reason.endswith("answered HTTP 400 Bad Request (Invalid URL: iana.org)")
+        assert state.requests == attempt  # asked every time: never skipped
+    await _breakers_closed_and_ready(client)
+    metrics = await (await client.get("/metrics")).text()
+    refused = [line for line in metrics.splitlines() if 'outcome="refused"' in line]
+    assert any('source="remote"' in line and line.endswith(" 6.0") for line in refused), refused
+
+
+async def test_a_lone_refusing_member_gives_the_client_its_4xx(
+    make_client: MakeClient, upstream: tuple[Upstream, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    state, url = upstream
+    state.mode = "refuse"
+    client = await make_client(f"collections:\n  g:\n    index: cdx+{url}\n")
+    for _ in range(6):
+        for path in ("/g/index", "/g/resource", "/g/cdx"):
+            resp = await client.get(path, params={"url": "http://example.com/%3C%3E"})
+            body = await resp.json()
+            assert resp.status == 400, (path, body)
+            assert (
+                "answered HTTP 400 Bad Request (Invalid URL: http://example.com/"
+                in (body["message"])
+            )
+            assert list(body["errors"]) == ["g"]
+    await _breakers_closed_and_ready(client)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_every_member_refusing_is_a_4xx_and_a_fault_beside_a_refusal_a_503(
+    make_client: MakeClient, sample_dir: Path, upstream: tuple[Upstream, str], silent_port: int
+) -> None:
+    state, url = upstream
+    state.mode = "refuse"
+    client = await make_client(
+        f"collections:\n  both:\n    index_group:\n      a: cdx+{url}\n      b: cdx+{url}\n"
+        f"  mixed:\n    index_group:\n      a: cdx+{url}\n"
+        f"      b: cdx+http://127.0.0.1:{silent_port}/cdx\n    timeout: {TIMEOUT_S}\n"
+    )
+    resp = await client.get("/both/index", params={"url": "iana.org"})
+    body = await resp.json()
+    assert resp.status == 400
+    assert set(body["errors"]) == {"a", "b"}
+    # One refused, one is down: a retry may be answered (503), as when every one fails.
+    resp = await client.get("/mixed/index", params={"url": "iana.org"})
+    body = await resp.json()
+    assert resp.status == 503
+    assert "refused the query" in body["errors"]["a"]
+    assert "timeout after" in body["errors"]["b"]
+
+
+async def test_a_401_is_the_sources_fault_and_opens_the_breaker(
+    make_client: MakeClient, sample_dir: Path, upstream: tuple[Upstream, str]
+) -> None:
+    state, url = upstream
+    state.mode = "unauthorized"
+    client = await make_client(_group(sample_dir, url))
+    for _ in range(3):
+        resp = await client.get("/g/index", params={"url": "iana.org"})
+        assert "HTTP 401" in json.loads(resp.headers["ResErrors"])["remote"]
+    resp = await client.get("/g/index", params={"url": "iana.org"})
+    assert "circuit breaker" in json.loads(resp.headers["ResErrors"])["remote"]

@@ -288,15 +288,37 @@ def test_a_torn_last_record_is_reported_and_not_indexed(
 def test_a_failed_write_leaves_no_tmp_file(
     sample_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "missing-dir" / "out.cdxj"
+    # A missing directory is made (a26f2d2): a file where it should be cannot be.
+    (tmp_path / "not-a-dir").write_text("")
+    out = tmp_path / "not-a-dir" / "out.cdxj"
     status, err = _run_index(
         [str(sample_dir / "warcs" / "example.warc.gz"), "-o", str(out)], capsys
     )
     assert status == 1
-    assert "missing-dir" in err
+    assert "not-a-dir" in err
     missing = tmp_path / "nope.warc.gz"
     out = tmp_path / "out.cdxj"
     status, err = _run_index([str(missing), "-o", str(out)], capsys)
     assert status == 1
     assert "no such file" in err
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_records_whose_length_is_no_number_are_reported_and_left_out(
+    sample_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pywb's (and warcio's) ``bad.arc``: lengths ``-1`` and ``abc``, which warcio
+    reads as empty blocks and ``warcio check`` accepts (issue 21 §4)."""
+    out = tmp_path / "bad.cdxj"
+    status, err = _run_index([str(sample_dir / "warcs" / "bad.arc"), "-o", str(out)], capsys)
+    assert status == 1
+    reported = [line for line in err.splitlines() if "not a number of bytes" in line]
+    assert [line.split("record at offset ")[1].split(" ")[0] for line in reported] == [
+        "0",
+        "134",
+        "262",
+    ]
+    assert "has a length of 'abc'" in reported[2]
+    assert all(line.endswith("; not indexed") for line in reported)
+    (line,) = out.read_text().splitlines()  # the one record with a length
+    assert json.loads(line.split(" ", 2)[2])["offset"] == "202"

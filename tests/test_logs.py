@@ -1,16 +1,21 @@
-"""``gateway serve`` logs: level, text or JSON lines, and aiohttp's access log."""
+"""``gateway serve`` logs: level, text or JSON lines, aiohttp's access log, and
+identical lines rate-limited (:class:`~gateway.server.logrepeat.RepeatFilter`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gateway.server.logrepeat import RepeatFilter
 from gateway.server.logs import configure_logging
-from tests.conftest import _http_get, _Server, serve_sample_iana
+from tests.conftest import _http_get, _Server, _start_until_ready, serve_sample_iana
 
 
 def _lines_with(server: _Server, text: str, count: int) -> list[str]:
@@ -76,8 +81,6 @@ def test_no_access_log_by_default_and_warning_level(tmp_path: Path, sample_dir: 
 
 
 def test_configure_logging_replaces_its_handler(capsys: pytest.CaptureFixture[str]) -> None:
-    import logging
-
     configure_logging("debug", "json")
     configure_logging("debug", "json")  # twice: still one line per record
     logging.getLogger("gateway.test").debug("probe %d", 7, extra={"source": "iana"})
@@ -88,3 +91,75 @@ def test_configure_logging_replaces_its_handler(capsys: pytest.CaptureFixture[st
     with pytest.raises(ValueError, match="expected one of debug, info, warning, error"):
         configure_logging("loud")
     logging.getLogger().handlers.clear()
+
+
+# ------------------------------------------------ identical lines rate-limited (issue 21 §2)
+def _record(message: str, created: float, level: int = logging.ERROR, name: str = "g") -> Any:
+    record = logging.LogRecord(name, level, __file__, 1, message, None, None)
+    record.created = created
+    return record
+
+
+def test_identical_messages_pass_once_per_interval_with_a_count() -> None:
+    repeat = RepeatFilter(interval_s=10.0)
+    passed = [repeat.filter(_record("source down", t)) for t in (0.0, 1.0, 2.0, 9.9)]
+    assert passed == [True, False, False, False]
+    # Another message, another level or logger: not the same message.
+    assert repeat.filter(_record("source up", 3.0))
+    assert repeat.filter(_record("source down", 3.0, level=logging.WARNING))
+    assert repeat.filter(_record("source down", 3.0, name="other"))
+    later = _record("source down", 10.5)
+    assert repeat.filter(later)
+    assert later.getMessage() == "source down [3 identical messages not logged in the last 10 s]"
+    assert later.repeats_suppressed == 3
+    again = _record("source down", 21.0)
+    assert repeat.filter(again)
+    assert again.getMessage() == "source down"  # nothing was dropped in between
+
+
+def test_the_access_log_and_debug_records_are_never_held_back() -> None:
+    repeat = RepeatFilter(interval_s=10.0)
+    access = [_record('127.0.0.1 "GET /_ready HTTP/1.1" 200', 1.0, logging.INFO, "aiohttp.access")]
+    assert all(repeat.filter(access[0]) for _ in range(5))
+    assert all(repeat.filter(_record("step", 1.0, logging.DEBUG)) for _ in range(5))
+
+
+def test_the_filter_forgets_the_oldest_messages_past_its_bound() -> None:
+    repeat = RepeatFilter(interval_s=10.0, max_messages=100)
+    for n in range(1000):
+        assert repeat.filter(_record(f"message {n}", 1.0))
+    assert len(repeat._seen) <= 100
+    assert not repeat.filter(_record("message 999", 2.0))  # the latest are remembered
+
+
+def test_a_served_broken_record_logs_one_line_not_one_per_request(
+    tmp_path: Path, sample_dir: Path
+) -> None:
+    """``gateway serve`` asked 30 times for a capture that is a record whose length
+    cannot be read (warcio's ``bad.arc``): 30 answers of 502, one ERROR line."""
+    index = tmp_path / "bad.cdxj"
+    index.write_text(
+        'com,example)/ 20140401000000 {"url": "http://example.com/", "length": "67", '
+        '"offset": "134", "filename": "bad.arc"}\n'
+    )
+    config = tmp_path / "collections.yaml"
+    config.write_text(f"collections:\n  w:\n    index: {index}\n    resource: {sample_dir}/warcs/")
+
+    def argv(port: int) -> list[str]:
+        serve = [sys.executable, "-m", "gateway.cli", "serve", "--config", str(config)]
+        return [*serve, "--port", str(port)]
+
+    server, port = _start_until_ready(
+        "gateway", argv, tmp_path, lambda p: _http_get(p, "/_health") is not None
+    )
+    try:
+        for _ in range(30):
+            status, body = _http_get(port, "/w/resource?url=http://example.com/") or (0, b"")
+            assert status == 502, body
+            assert b"'bad.arc' offset 134" in body
+    finally:
+        server.stop()
+    errors = [line for line in server.stderr_path.read_text().splitlines() if " ERROR " in line]
+    # One a 10 s interval: the first, and one more only on a very slow machine.
+    assert 1 <= len(errors) <= 2, errors
+    assert "-> 502: no capture of http://example.com/ could be loaded" in errors[0]

@@ -64,10 +64,11 @@ def test_index_is_quiet_when_not_on_a_terminal(sample_dir: Path, tmp_path: Path)
         timeout=120,
         check=False,
     )
-    # The sample holds a record that fails its digest on purpose: exit status 1.
+    # The sample holds a record that fails its digest on purpose, and bad.arc three
+    # records whose length cannot be read: exit status 1.
     assert result.returncode == 1, result.stderr
     assert "%|" not in result.stderr
-    assert result.stderr.rstrip().endswith("captures from 16 file(s); 1 problem(s), see above")
+    assert result.stderr.rstrip().endswith("captures from 16 file(s); 4 problem(s), see above")
 
 
 def test_forced_bars_of_store_add_check_and_repair(

@@ -15,6 +15,7 @@ __all__ = [
     "COLLECTIONS",
     "CONFIG",
     "JOBS",
+    "SHOW_PATHS",
     "TIMEMAP_PAGE_SIZE",
     "JobsReporter",
 ]
@@ -25,6 +26,10 @@ CONFIG = web.AppKey("config", GatewayConfig)
 #: Mementos per TimeMap page (RFC 7089 §5); when absent,
 #: :data:`gateway.api.memento.DEFAULT_TIMEMAP_PAGE_SIZE`.
 TIMEMAP_PAGE_SIZE = web.AppKey("timemap_page_size", int)
+#: The HTML pages show the server's filesystem paths (index files, directories,
+#: the store's root); when absent or false they are hidden
+#: (:mod:`gateway.api.pages`; ``create_app(show_paths=...)``, ``GATEWAY_SHOW_PATHS``).
+SHOW_PATHS = web.AppKey("show_paths", bool)
 
 
 class JobsReporter(Protocol):

@@ -21,7 +21,7 @@ template, e.g. ``/{coll}/index``):
                                             answer: until its last byte is written)
 ``source_lookups_total``                    counter {collection, step, source, outcome}:
                                             ``ok``, ``error``, ``timeout``, ``skipped`` (open
-                                            circuit breaker)
+                                            circuit breaker), ``refused`` (the client's error)
 ``source_breaker_open``                     gauge {collection, step, source}: 1 while skipped
 ``source_consecutive_failures``             gauge {collection, step, source}
 ``records_served_total``                    counter {collection, step}: WARC records
@@ -278,7 +278,8 @@ class _GatewayCollector:
                 for loader, breaker in step.load_breakers.copy().items():
                     labels = [name, step.name, loader]
                     for outcome, count in breaker.lookups().items():
-                        loads.add_metric([*labels, outcome], count)
+                        if outcome != "refused":  # index sources only
+                            loads.add_metric([*labels, outcome], count)
                     loader_open.add_metric(labels, 1 if breaker.is_open() else 0)
         yield from (lookups, breaker_open, failures, served, served_bytes, loads, loader_open)
 

@@ -23,6 +23,12 @@ ask for ``text/html`` (browsers) and the JSON description to everyone else
 Bad input (an unparseable URL, a malformed ``year`` or ``day``) is a 400
 page saying what was wrong; an unknown collection a 404 page; a collection
 whose sources all failed a 503 page naming each failure.
+
+The pages are for every visitor: the server's filesystem paths (an index
+file's or directory's, the store's root, a path in a failure's reason) are
+shown as ``…`` unless the operator asks for them (the app key
+:data:`~gateway.api.keys.SHOW_PATHS`: ``GATEWAY_SHOW_PATHS=1`` in the
+environment of ``gateway serve``). URLs are shown as they are.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from gateway.api.common import collection_for
-from gateway.api.keys import CLIENTS, COLLECTIONS
+from gateway.api.keys import CLIENTS, COLLECTIONS, SHOW_PATHS
 from gateway.cdx.query import parse_query
 from gateway.errors import BadRequest, GatewayError
 
@@ -50,13 +56,29 @@ if TYPE_CHECKING:
     from gateway.cdx.cdxj import CdxRecord
     from gateway.index.collection import Collection
 
-__all__ = ["MAX_PAGE_CAPTURES", "collection_page", "home_page", "wants_html"]
+__all__ = ["MAX_PAGE_CAPTURES", "collection_page", "hide_paths", "home_page", "wants_html"]
 
 #: At most this many captures of one URL (or URLs under a prefix) are read for a page.
 MAX_PAGE_CAPTURES: Final = 10_000
 _YEAR = re.compile(r"\d{4}")
 _DAY = re.compile(r"\d{8}")
 _MONTHS: Final = tuple(calendar.month_name[1:])
+#: An absolute filesystem path: a ``/`` that does not continue a word, a URL
+#: (``http://h/x``: after ``:``, ``/`` or the host) or a relative path, up to
+#: the next space, quote, bracket or separator.
+_FS_PATH = re.compile(r"(?<![\w/:.~$-])/[^\s'\"()<>\[\],;]+")
+_HIDDEN: Final = "…"
+
+
+def hide_paths(text: str) -> str:
+    """``text`` with its absolute filesystem paths shown as ``…``.
+
+    >>> hide_paths("directory /srv/archive/indexes (1 index file)")
+    'directory … (1 index file)'
+    >>> hide_paths("cannot read '/srv/a.cdxj': denied; see http://h/x/y")
+    "cannot read '…': denied; see http://h/x/y"
+    """
+    return _FS_PATH.sub(_HIDDEN, text)
 
 
 def wants_html(request: web.Request) -> bool:
@@ -95,8 +117,30 @@ class _Source:
     detail: str
 
 
-def _sources(collection: Collection) -> list[tuple[str, list[_Source]]]:
-    """Each step's sources with their circuit-breaker state, in config order."""
+@dataclass(frozen=True, slots=True)
+class _PageError:
+    """A :class:`GatewayError` as a page shows it (paths hidden unless asked for)."""
+
+    status: int
+    message: str
+    errors: dict[str, str]
+
+
+def _shows_paths(request: web.Request) -> bool:
+    return request.app.get(SHOW_PATHS, False)
+
+
+def _page_error(exc: GatewayError, show_paths: bool) -> _PageError:
+    if show_paths:
+        return _PageError(exc.status, exc.message, exc.errors)
+    errors = {hide_paths(name): hide_paths(reason) for name, reason in exc.errors.items()}
+    return _PageError(exc.status, hide_paths(exc.message), errors)
+
+
+def _sources(collection: Collection, show_paths: bool) -> list[tuple[str, list[_Source]]]:
+    """Each step's sources with their circuit-breaker state, in config order
+    (filesystem paths hidden unless ``show_paths``)."""
+    shown = (lambda text: text) if show_paths else hide_paths
     steps = []
     for step in collection.steps:
         described = dict(step.index.describe_members())
@@ -110,7 +154,8 @@ def _sources(collection: Collection) -> list[tuple[str, list[_Source]]]:
             else:
                 detail = ""
             status = "down" if state["state"] == "open" else "failing" if detail else "ok"
-            sources.append(_Source(name, described.get(name, ""), status, detail))
+            description = shown(described.get(name, ""))
+            sources.append(_Source(name, description, status, shown(detail)))
         steps.append((step.name, sources))
     return steps
 
@@ -119,8 +164,9 @@ async def home_page(request: web.Request) -> web.Response:
     """``GET /`` for browsers: every collection, its sources' health and a search form,
     and, with a store, its safety in one line (:mod:`gateway.store.integrity.safety`:
     the report ``/_status`` and ``store copies`` give)."""
+    show_paths = _shows_paths(request)
     collections = [
-        (name, collection.is_sequence, _sources(collection))
+        (name, collection.is_sequence, _sources(collection, show_paths))
         for name, collection in request.app[COLLECTIONS].items()
     ]
     cached = request.app[CLIENTS].store_safety
@@ -161,14 +207,17 @@ class _Month:
 async def collection_page(request: web.Request) -> web.Response:
     """``GET /{coll}/[?url=U[&year=YYYY][&day=YYYYMMDD]]``: see the module docstring."""
     name = request.match_info["coll"]
+    show_paths = _shows_paths(request)
     try:
         collection = collection_for(request)
     except GatewayError as exc:
         if not wants_html(request):
             raise  # API clients get the JSON error every route gives
-        return _render("error.html", exc.status, title="Unknown collection", error=exc)
+        error = _page_error(exc, show_paths)
+        return _render("error.html", exc.status, title="Unknown collection", error=error)
     url = request.query.get("url", "").strip()
-    context: dict[str, object] = {"coll": name, "url": url, "sources": _sources(collection)}
+    sources = _sources(collection, show_paths)
+    context: dict[str, object] = {"coll": name, "url": url, "sources": sources}
     if not url:
         return _render("collection.html", **context)
     try:
@@ -182,7 +231,7 @@ async def collection_page(request: web.Request) -> web.Response:
     except GatewayError as exc:
         if not wants_html(request):
             raise
-        context["error"] = exc
+        context["error"] = _page_error(exc, show_paths)
         return _render("collection.html", exc.status, **context)
     return _render("collection.html", **context)
 

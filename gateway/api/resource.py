@@ -26,10 +26,12 @@ front end asks the Resource API with requests' default ``Accept-Encoding:
 gzip, deflate`` and parses the undecoded body as a WARC record.
 
 When nothing loads the answer is 404 with every failure in the JSON body
-(503 when every source failed). An exact lookup with no captures at all is
-retried as the collection's fuzzy lookup (:mod:`gateway.index.fuzzy`): the record
-served is then another URL's, and its ``Warcserver-Cdx`` line says
-``"is_fuzzy": "1"``.
+(503 when every source failed); when a wildcard in ``url=`` made the lookup a
+prefix (``url=http://a/*``) or domain (``url=*.a.org``) one, as pywb reads it,
+the 404 says so, and that ``matchType=exact`` looks up the URL itself. An
+exact lookup with no captures at all is retried as the collection's fuzzy
+lookup (:mod:`gateway.index.fuzzy`): the record served is then another URL's,
+and its ``Warcserver-Cdx`` line says ``"is_fuzzy": "1"``.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from gateway.api.postreq import end_to_end_headers, method_lookup_url, parse_wra
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.memento import iso_to_timestamp, link_value, timestamp_to_http_date
 from gateway.cdx.query import CaptureQuery, key_range, parse_query
-from gateway.errors import BadRequest, GatewayError
+from gateway.errors import BadRequest, GatewayError, NotFound
 from gateway.index.collection import Step, find_record
 from gateway.loaders.base import LoadedRecord, WrappedRequest
 
@@ -283,8 +285,29 @@ async def resource_handler(request: web.Request) -> web.StreamResponse:
     """``GET|HEAD /{coll}/resource?url=...``: the first capture that loads, as a WARC record."""
     collection = collection_for(request)
     gzip = compress_gzip(request)
-    step, loaded, errors = await find_record(collection, capture_query(request), gzip_member=gzip)
+    query = capture_query(request)
+    try:
+        step, loaded, errors = await find_record(collection, query, gzip_member=gzip)
+    except NotFound as exc:
+        _explain_wildcard(request, query, exc)
+        raise
     return await send_record(request, step, loaded, errors, gzip)
+
+
+def _explain_wildcard(request: web.Request, query: CaptureQuery, exc: NotFound) -> None:
+    """Add to a 404's message what a wildcard in ``url=`` asked for, when it made the
+    lookup a prefix or domain one (pywb's reading, kept): a client that wanted the
+    URL itself, ``*`` and all, learns to say ``matchType=exact``."""
+    url = request.query.get("url", "")
+    if "matchType" in request.query:
+        return
+    if query.match_type == "prefix" and url.endswith("*"):
+        asked = f"the trailing '*' of url= asked for the URLs that start with {query.url[:200]}"
+    elif query.match_type == "domain" and url.startswith("*."):
+        asked = f"the leading '*.' of url= asked for the URLs of {query.url[:200]} and below"
+    else:
+        return
+    exc.message += f" ({asked}; matchType=exact looks up the URL itself, '*' included)"
 
 
 # -- post-request API ---------------------------------------------------------------

@@ -1,8 +1,11 @@
 """A member's circuit breaker: skip a source that keeps failing, for a while.
 
-Only faults of the source count (timeouts, unavailability); the state shows on
-``/_status`` and the lookups by outcome on ``/metrics``. pywb's warcserver
-has no breaker; the pattern is Nygard's (*Release It!*).
+Only faults of the source count (timeouts, unavailability, answers that do not
+parse): a query the source refused as the client's error
+(:class:`~gateway.errors.SourceRefused`, an upstream 400) is counted apart and
+never opens it, so no client can take a source out of service for the others.
+The state shows on ``/_status`` and the lookups by outcome on ``/metrics``.
+pywb's warcserver has no breaker; the pattern is Nygard's (*Release It!*).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Breaker:
     errors: int = 0
     timeouts: int = 0
     skipped: int = 0
+    refused: int = 0
 
     def check(self, name: str) -> None:
         """Raise :class:`SourceSkipped` while the breaker is open."""
@@ -50,6 +54,10 @@ class Breaker:
         self.ok += 1
         self.failures = 0
         self.open_until = 0.0
+
+    def record_refused(self) -> None:
+        """A lookup the source refused as the client's error: counted, state untouched."""
+        self.refused += 1
 
     def record_failure(
         self, reason: str, retry_after_s: float | None = None, *, timed_out: bool = False
@@ -70,12 +78,14 @@ class Breaker:
         return self.open_until > time.monotonic()
 
     def lookups(self) -> dict[str, int]:
-        """Lookups seen so far by outcome: ``ok``, ``error``, ``timeout``, ``skipped``."""
+        """Lookups seen so far by outcome: ``ok``, ``error``, ``timeout``, ``skipped``,
+        ``refused`` (the client's error; index sources only)."""
         return {
             "ok": self.ok,
             "error": self.errors,
             "timeout": self.timeouts,
             "skipped": self.skipped,
+            "refused": self.refused,
         }
 
     def state(self) -> dict[str, object]:

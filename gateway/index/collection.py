@@ -28,6 +28,8 @@ from gateway.errors import (
     LoadError,
     NotFound,
     PlaceUnreachable,
+    RecordFramingError,
+    SourceRefused,
     SourceSkipped,
     UpstreamStatusError,
     UpstreamUnreachable,
@@ -147,7 +149,9 @@ class Collection:
 
         Errors of every step tried are carried in ``Lookup.errors``. When no
         step answered and every source of every step failed, raises
-        :class:`AllSourcesFailed` (HTTP 503) instead of claiming "no captures".
+        :class:`AllSourcesFailed` (HTTP 503) instead of claiming "no captures";
+        when every source refused the query as the client's error, raises the
+        first refusal (:class:`~gateway.errors.SourceRefused`, a 4xx).
         A step that is empty or failed falls through to the next (unlike pywb,
         whose Index API stops at the first step of a sequence). When no step
         has a capture, the steps are asked again, in order, for the fuzzy
@@ -157,6 +161,7 @@ class Collection:
         errors: dict[str, str] = {}
         outcomes: dict[str, str] = {}
         failed_all = True
+        refusals = _Refusals()
         deadlines: list[float] = []  # each step's, shared by its fuzzy retry
         for step in self.steps:
             deadlines.append(step.index.deadline())
@@ -169,7 +174,9 @@ class Collection:
                 answer.errors = errors
                 answer.outcomes = outcomes
                 return step, answer
-            failed_all = failed_all and answer.failed_all
+            failed_all = failed_all and (answer.failed_all or answer.refusal is not None)
+            refusals.add(answer)
+        refusals.raise_if_all(errors)
         if failed_all and errors:
             raise AllSourcesFailed(
                 f"every source of collection {self.name!r} failed; "
@@ -314,8 +321,12 @@ async def find_record(
     loader skipped by its breaker (pywb's warcserver answers 503 for a
     missing WARC file as well); :class:`NotFound` (404) listing every failure
     when no capture loads otherwise (records damaged everywhere, revisits
-    unresolved, self-redirects, unsafe names, ...);
-    :class:`AllSourcesFailed` (503) when every source of every step failed.
+    unresolved, self-redirects, unsafe names, ...), except
+    :class:`~gateway.errors.RecordFramingError` (502, naming each file and
+    offset) when every capture that failed is a record whose length cannot be
+    read; :class:`AllSourcesFailed` (503) when every source of every step
+    failed, or the first :class:`~gateway.errors.SourceRefused` (a 4xx) when
+    every one refused the query as the client's error.
     Places that could not be reached (:class:`~gateway.errors.PlaceUnreachable`,
     an upstream archive unreachable or answering 5xx, a load timeout), and
     only they, feed the step's :attr:`Step.load_breakers`.
@@ -333,6 +344,7 @@ async def find_record(
     if found is not None:
         return found[0], found[1], errors
     if seen.failed_all and errors and not seen.captures:
+        seen.refusals.raise_if_all(errors)
         raise AllSourcesFailed(
             f"every source of collection {collection.name!r} failed; "
             "this is not an empty answer, retry later",
@@ -346,6 +358,14 @@ async def find_record(
             "this is not 'not archived', retry later",
             errors,
         )
+    if seen.framing and seen.load_failed <= seen.framing:
+        # Every capture is a record whose length cannot be read: a broken archive
+        # file (502), neither "not archived" (404) nor "down" (503).
+        raise RecordFramingError(
+            f"no capture of {query.url} could be loaded: each is a record whose length "
+            f"cannot be read ({'; '.join(sorted(set(seen.framing_reasons)))[:1000]})",
+            errors,
+        )
     message = (
         f"no capture of {query.url} could be loaded"
         if seen.captures
@@ -354,16 +374,55 @@ async def find_record(
     raise NotFound(message, errors)
 
 
+class _Refusals:
+    """Whether every step's sources refused a lookup as the client's error
+    (:attr:`Lookup.refusal`), and the first refusal."""
+
+    __slots__ = ("every", "first")
+
+    def __init__(self) -> None:
+        self.every = True
+        self.first: SourceRefused | None = None
+
+    def add(self, answer: Lookup) -> None:
+        if answer.refusal is None:
+            self.every = False
+        elif self.first is None:
+            self.first = answer.refusal
+
+    def raise_if_all(self, errors: dict[str, str]) -> None:
+        """Raise the first refusal, listing every source's in ``errors``, when every
+        step's answer was one."""
+        if self.every and self.first is not None:
+            self.first.errors = dict(errors)
+            raise self.first
+
+
 class _Seen:
     """What :func:`_first_loadable` met: any capture, whether every source failed,
     and the captures that failed for want of their place (``{capture: reason}``)."""
 
-    __slots__ = ("captures", "deadlines", "failed_all", "unavailable")
+    __slots__ = (
+        "captures",
+        "deadlines",
+        "failed_all",
+        "framing",
+        "framing_reasons",
+        "load_failed",
+        "refusals",
+        "unavailable",
+    )
 
     def __init__(self) -> None:
         self.captures = False
         self.failed_all = True
+        self.refusals = _Refusals()
         self.unavailable: dict[str, str] = {}
+        #: Captures that failed to load, those that failed for their framing
+        #: (:class:`RecordFramingError`), and why (two captures may share a name).
+        self.load_failed: set[str] = set()
+        self.framing: set[str] = set()
+        self.framing_reasons: list[str] = []
         #: Each step's lookup deadline, set by the exact lookup and kept by
         #: the fuzzy retry (one deadline per request and step).
         self.deadlines: dict[int, float] = {}
@@ -399,7 +458,8 @@ async def _first_loadable(
         else:
             answer = await fuzzy_lookup(step.index, widened, deadline=deadline)
         errors.update(answer.errors)
-        seen.failed_all = seen.failed_all and answer.failed_all
+        seen.failed_all = seen.failed_all and (answer.failed_all or answer.refusal is not None)
+        seen.refusals.add(answer)
         try:
             async for capture in answer:
                 seen.captures = True
@@ -446,13 +506,19 @@ async def _load_capture(
             loaded = await run_within(loader.load(capture, ctx), step.load_timeout_s)
         except SourceSkipped as exc:
             errors[name] = seen.unavailable[name] = exc.reason
+            seen.load_failed.add(name)
         except LoadError as exc:
             errors[name] = exc.message
+            seen.load_failed.add(name)
+            if isinstance(exc, RecordFramingError):
+                seen.framing.add(name)
+                seen.framing_reasons.append(exc.message)
             if _unavailable(exc):
                 seen.unavailable[name] = exc.message
             if _down(exc):
                 breaker.record_failure(exc.message)
         except TimeoutError:
+            seen.load_failed.add(name)
             errors[name] = seen.unavailable[name] = (
                 f"load timeout after {step.load_timeout_s:g} s ({loader.describe()})"
             )
@@ -461,7 +527,8 @@ async def _load_capture(
             breaker.record_success()
             return loaded
     if not accepted:
-        errors[_capture_name(capture)] = (
+        seen.load_failed.add(name)
+        errors[name] = (
             f"no resource loader of step {step.name!r} can load filename "
             f"{capture.filename or '-'!r}; configure 'resource:' for it"
         )

@@ -14,6 +14,13 @@ members are merged:
 A group of one member streams its answer instead (the deadline covers the
 first record). Each member has a :class:`~gateway.index.breaker.Breaker`;
 groups are the steps of a :class:`~gateway.index.collection.Collection`.
+
+Only faults of a member feed its breaker. A member that refuses the query as
+the client's error (:class:`~gateway.errors.SourceRefused`: a remote archive's
+``400`` about ``url=javascript:alert(1)``) is listed in ``errors`` without
+touching its breaker's state; when every member refused,
+:attr:`Lookup.refusal` carries the refusal for the client (a 4xx), and the
+lookup does not count as failed.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from gateway.cdx.query import CaptureQuery
 from gateway.errors import (
     BadRequest,
     SourceError,
+    SourceRefused,
     SourceSkipped,
     SourceUnavailable,
 )
@@ -49,7 +57,10 @@ class Lookup:
 
     ``records`` is already filtered, ordered and limited by the query.
     ``errors`` maps a member name to why it failed; ``failed_all`` is true
-    when every queried member failed (the API answers 503, not "no captures").
+    when every queried member failed or refused the query, at least one of
+    them failing (the API answers 503, not "no captures"); ``refusal`` is set
+    instead when every queried member refused the query as the client's
+    error (the first in config order: the API answers its 4xx).
     ``outcomes`` maps every queried member to ``"ok: N captures"`` (``"ok"``
     for a streamed single member) or its failure, in config order.
 
@@ -66,6 +77,7 @@ class Lookup:
     first: CdxRecord | None = None
     outcomes: dict[str, str] = field(default_factory=dict)
     streamed_from: str | None = None
+    refusal: SourceRefused | None = None
 
     def __aiter__(self) -> AsyncIterator[CdxRecord]:
         return _Answer(self)
@@ -174,14 +186,14 @@ class IndexGroup:
         if len(selected) == 1:
             return await self._lookup_one(selected[0][1], query, deadline)
         results: dict[int, list[CdxRecord]] = {}
-        errors: dict[str, str] = {}
+        failures: dict[str, SourceError] = {}
 
         async def run(position: int, member: IndexSource, work: Awaitable[list[CdxRecord]]) -> None:
             try:
                 async with asyncio.timeout_at(deadline):
                     results[position] = await work
             except (TimeoutError, SourceError) as exc:
-                errors[member.name] = self._fail(member, exc).reason
+                failures[member.name] = self._fail(member, exc)
 
         pending: list[tuple[int, IndexSource, Awaitable[list[CdxRecord]]]] = []
         started: list[Coroutine[Any, Any, list[CdxRecord]]] = []
@@ -190,7 +202,7 @@ class IndexGroup:
                 try:
                     self.breakers[member.name].check(member.name)
                 except SourceSkipped as exc:
-                    errors[member.name] = exc.reason
+                    failures[member.name] = exc
                     continue
                 records = member.lookup(query)
                 collect = self._collect(member, records, query)
@@ -203,7 +215,7 @@ class IndexGroup:
                 except StopIteration as done:
                     results[position] = done.value
                 except SourceError as exc:
-                    errors[member.name] = self._fail(member, exc).reason
+                    failures[member.name] = self._fail(member, exc)
                 else:  # a local scan's checkpoint: the rest goes on in a task
                     pending.append((position, member, Resumed(collect, waiting_on)))
         except BaseException:
@@ -214,22 +226,32 @@ class IndexGroup:
             async with asyncio.TaskGroup() as group:
                 for position, member, work in pending:
                     group.create_task(run(position, member, work))
+        errors = {name: failure.reason for name, failure in failures.items()}
         outcomes = {
             member.name: errors.get(member.name) or _ok(len(results[position]))
             for position, member in selected
         }
         merged = iter(_merge(results, query))
         first = next(merged, None)
-        failed_all = bool(selected) and len(errors) == len(selected)
-        return Lookup(cdxops.RecordList(merged), errors, failed_all, first, outcomes)
+        failed_all = bool(selected) and len(failures) == len(selected)
+        answer = Lookup(cdxops.RecordList(merged), errors, failed_all, first, outcomes)
+        if failed_all and all(isinstance(f, SourceRefused) for f in failures.values()):
+            answer.failed_all = False  # the client's error: the first refusal in config order
+            answer.refusal = cast("SourceRefused", failures[selected[0][1].name])
+        return answer
 
     def deadline(self) -> float:
         """The event-loop time ``timeout_s`` from now: a lookup's deadline."""
         return asyncio.get_running_loop().time() + self.timeout_s
 
     def _fail(self, member: IndexSource, exc: BaseException) -> SourceError:
+        """``exc`` as the member's failure, counted by its breaker: a fault feeds it,
+        a refusal (the client's error) is counted apart, a skip was counted already."""
         breaker = self.breakers[member.name]
         if isinstance(exc, SourceSkipped):
+            return exc
+        if isinstance(exc, SourceRefused):
+            breaker.record_refused()
             return exc
         if isinstance(exc, TimeoutError):
             error: SourceError = SourceUnavailable(
@@ -261,7 +283,7 @@ class IndexGroup:
         try:
             breaker.check(member.name)
         except SourceSkipped as exc:
-            return _failed(member.name, exc.reason)
+            return _failed(member.name, exc)
         records = member.lookup(query)
         stream: AsyncIterator[CdxRecord]
         if isinstance(records, cdxops.LocalScan):
@@ -282,7 +304,7 @@ class IndexGroup:
                     )
             except SourceError as exc:
                 if not taken:
-                    return _failed(member.name, self._fail(member, exc).reason)
+                    return _failed(member.name, self._fail(member, exc))
                 # As a streamed answer that fails after its first record: what came is served.
                 logger.warning("source %s failed mid-stream: %s", member.name, exc.reason)
                 breaker.record_success()
@@ -300,7 +322,7 @@ class IndexGroup:
             first = await _first_within(stream, remaining_s)
         except (TimeoutError, SourceError) as exc:
             await stream.aclose()
-            return _failed(member.name, self._fail(member, exc).reason)
+            return _failed(member.name, self._fail(member, exc))
         except BaseException:
             await stream.aclose()
             raise
@@ -329,9 +351,13 @@ async def _first_within(stream: AsyncIterator[CdxRecord], timeout_s: float) -> C
         return None
 
 
-def _failed(name: str, reason: str) -> Lookup:
-    failure = {name: reason}
-    return Lookup(cdxops.RecordList(), failure, True, None, dict(failure))
+def _failed(name: str, error: SourceError) -> Lookup:
+    """The answer of a single member that failed, or refused the query (``refusal``)."""
+    failure = {name: error.reason}
+    refused = isinstance(error, SourceRefused)
+    answer = Lookup(cdxops.RecordList(), failure, not refused, None, dict(failure))
+    answer.refusal = error if isinstance(error, SourceRefused) else None
+    return answer
 
 
 def _ok(count: int) -> str:

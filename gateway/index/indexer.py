@@ -219,7 +219,7 @@ class IndexReport:
     """What :func:`index_archives` did: lines written and the problems met.
 
     ``problems`` holds one message per unreadable file (skipped) and per
-    record left out (torn, or failing its digests), in input order;
+    record left out (torn, its length not a number, or failing its digests), in input order;
     ``skipped`` the files left out whole.
     """
 
@@ -246,8 +246,9 @@ def index_archives(
       member per record, a record warcio cannot parse) is reported and
       skipped whole;
     - a record that ends before its declared length (a torn last record, a
-      file cut short) or fails its digests is reported and left out of the
-      index; the file's other records are indexed.
+      file cut short), whose length is not a number (``-1``, ``abc``) or
+      that fails its digests is reported and left out of the index; the
+      file's other records are indexed.
 
     With ``strict`` the first problem raises :class:`ValueError` before
     anything is written to ``out``. Otherwise ``out`` receives the index of
@@ -314,7 +315,11 @@ def _verify_records(
                 # counted its URL percent-encoded): served as it is, not torn.
                 left = 0 if record.format.startswith("arc") else getattr(stream, "limit", 0)
                 where = f"{path}: record at offset {offset} ({record.rec_type})"
-                if left:
+                unframed = _framing_problem(record)
+                if unframed:
+                    offsets.add(str(offset))
+                    problems.append(f"{where} {unframed}; not indexed")
+                elif left:
                     offsets.add(str(offset))
                     problems.append(
                         f"{where} is torn: it ends {left} bytes before its declared length; "
@@ -335,6 +340,22 @@ def _verify_records(
         if progress is not None:
             progress(max(path.stat().st_size - done, 0))
     return offsets, problems
+
+
+def _framing_problem(record: Any) -> str:
+    """Why ``record``'s end cannot be found from its header, or ``""``.
+
+    warcio reads a length that is not digits (``-1``, ``abc``: warcio's own
+    ``bad.arc``) as an empty block and goes on; the gateway never serves such a
+    record (:mod:`gateway.loaders.warc_reader`), so it is not indexed either.
+    """
+    name = "length" if record.format == "arc" else "Content-Length"
+    declared = record.rec_headers.get_header(name)
+    if declared is None:
+        return "has no Content-Length" if record.format == "warc" else ""
+    if declared.isascii() and declared.isdigit():
+        return ""
+    return f"has a length of {declared[:40]!r}, not a number of bytes: where it ends cannot be read"
 
 
 def write_cdxj_index(

@@ -68,6 +68,7 @@ from gateway.errors import (
     LoadError,
     PlaceUnreachable,
     RecordFormatError,
+    RecordFramingError,
     RevisitUnresolved,
     SelfRedirect,
     UnsafeFilename,
@@ -103,6 +104,7 @@ _FAILURE_RANK: Final[tuple[type[LoadError], ...]] = (
     ArchiveFileNotFound,
     LoadError,
     RecordFormatError,
+    RecordFramingError,  # a record there, but its length unreadable: the more precise
     ArchiveUnavailable,
     PlaceUnreachable,
 )

@@ -10,17 +10,24 @@ streams from :class:`~gateway.loaders.warc_stream.RecordBody` (on the event
 loop for records of at most ``inline_read_max_bytes``, in worker threads
 beyond), and a record's gzip member can go out as stored
 (:class:`~gateway.loaders.warc_member.StoredMember`).
+
+A record whose framing cannot be read is never served as a record: a WARC
+``Content-Length`` (or an ARC header line's length) that is not ASCII digits
+(``-1``, ``abc``, which warcio reads as an empty block), or a WARC record
+without one, raises :class:`~gateway.errors.RecordFramingError`; the lookup
+moves on to the next capture.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from warcio.limitreader import LimitReader
 
-from gateway.errors import RecordFormatError
+from gateway.errors import RecordFormatError, RecordFramingError
 from gateway.loaders.warc_headers import (
     ARC_URI,
     PARSE_ERRORS,
@@ -46,6 +53,8 @@ _HEADER_PROBE_BYTES: Final = 16 * 1024
 _HEADER_PROBE_INPUT_BYTES: Final = 4 * 1024
 #: Header blocks larger than this (decompressed) are not a record we can serve.
 _MAX_HEADER_BYTES: Final = 4 * 1024 * 1024
+#: A record's length as WARC 1.1 §5.3 writes it (``1*DIGIT``), and ARC's too.
+_LENGTH: Final = re.compile(r"[0-9]{1,18}")
 
 
 class OpenedRecord:
@@ -112,6 +121,26 @@ def _format_error(location: str, offset: int, problem: str) -> RecordFormatError
     )
 
 
+def _check_framing(record: Any, is_arc: bool, location: str, offset: int) -> None:
+    """Raise :class:`RecordFramingError` unless the record declares its length in
+    digits (warcio reads ``-1`` or ``abc`` as an empty block and goes on)."""
+    declared = record.rec_headers.get_header("Content-Length")
+    if declared is None and is_arc:
+        return  # an ARC header line always has a length field: arc2warc made it
+    if declared is None:
+        problem = "the WARC record has no Content-Length"
+    elif _LENGTH.fullmatch(declared):
+        return
+    else:
+        kind = "ARC header line's length" if is_arc else "Content-Length"
+        problem = f"the {kind} {declared[:40]!r} is not a number of bytes"
+    raise RecordFramingError(
+        f"{location} at offset {offset}: {problem}, so where the record ends cannot be "
+        "read; a record that cannot be framed is not served",
+        {location: problem},
+    )
+
+
 async def open_record(
     location: Location,
     offset: int,
@@ -133,8 +162,9 @@ async def open_record(
     the body still streams inflated when iterated instead). Raises
     :class:`~gateway.errors.ArchiveFileNotFound` when the location does not
     hold the file, :class:`RecordFormatError` when the bytes are not a
-    record, and :class:`~gateway.errors.LoadError` for any other I/O
-    failure. The caller owns the result and must ``close`` it.
+    record (:class:`RecordFramingError` when its length cannot be read), and
+    :class:`~gateway.errors.LoadError` for any other I/O failure. The caller
+    owns the result and must ``close`` it.
     """
     raw = await open_source(location, offset, length, session)
     offload = length is None or length > inline_read_max_bytes
@@ -245,6 +275,7 @@ async def _parse(
         # binary junk included; a real one starts with a URL.
         line = window.buf[: window.buf.find(b"\n")].decode("latin-1")
         raise _format_error(location, offset, f"not an ARC header line: {line!r}")
+    _check_framing(record, is_arc, location, offset)
     if remaining is not None and length is not None and decoder.zobj is None:
         remaining = _fit_to_length(record, is_arc, remaining, length - window.pos, location, offset)
     body = RecordBody(

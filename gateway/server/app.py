@@ -6,7 +6,10 @@ of every API. Every handler is registered through :func:`api_route`, which
 renders :class:`~gateway.errors.GatewayError` and HTTP errors as
 ``{"message": ..., "errors": {...}}`` and puts the CORS headers on every
 answer; a last catch-all route answers unknown paths (404), methods a path
-does not take (405) and CORS preflights (204). This replaces aiohttp
+does not take (405) and CORS preflights (204), and the request targets no
+path can match (``CONNECT host:443``: 405; ``OPTIONS *``: 204 with ``Allow``),
+which aiohttp's router would answer with its plain-text 404 (:class:`_Router`).
+This replaces aiohttp
 middlewares and the ``on_response_prepare`` signal, which would wrap every
 request in three more coroutines and a signal dispatch (about a tenth of the
 CPU of a one-line lookup, measured with callgrind).
@@ -19,15 +22,18 @@ import functools
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+import os
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.web_urldispatcher import UrlMappingMatchInfo
 
 from gateway.api.common import ERRORS_HEADER, client_left, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
-from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, TIMEMAP_PAGE_SIZE
+from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, SHOW_PATHS, TIMEMAP_PAGE_SIZE
 from gateway.api.metrics import CLIENT_LEFT_STATUS, METRICS, Metrics, RouteStats, register_collector
 from gateway.api.readiness import READINESS, Readiness
 from gateway.cdx.cdxj import canonical_urlkey
@@ -42,9 +48,12 @@ if TYPE_CHECKING:
     from gateway.server.jobs_service import JobsService
     from gateway.server.recorder_link import RecorderLink
 
-__all__ = ["build_collection", "build_collections", "create_app"]
+__all__ = ["SHOW_PATHS_ENV", "build_collection", "build_collections", "create_app"]
 
 logger = logging.getLogger(__name__)
+
+#: The environment variable that makes the HTML pages show filesystem paths.
+SHOW_PATHS_ENV = "GATEWAY_SHOW_PATHS"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -94,8 +103,9 @@ def api_route(handler: Handler, stats: RouteStats) -> Handler:
                 add_cors_headers(exc)
                 stats.observe(exc.status, perf_counter() - start)
                 raise
+            target = request.path or request.raw_path  # CONNECT's is an authority
             response = web.json_response(
-                {"message": f"{exc.reason}: {request.method} {_shown(request.path)}"},
+                {"message": f"{exc.reason}: {request.method} {_shown(target)}"},
                 status=exc.status,
                 headers={k: v for k, v in exc.headers.items() if k.lower() == "allow"},
             )
@@ -113,9 +123,54 @@ def api_route(handler: Handler, stats: RouteStats) -> Handler:
     return route
 
 
+class _Router(web.UrlDispatcher):
+    """aiohttp's router, but a request whose target is not a path (``CONNECT
+    host:443``, whose target aiohttp reads as an authority with an empty path,
+    and ``OPTIONS *``) goes to the catch-all route (:attr:`unrouted`), whose
+    wrapper answers in JSON with the CORS headers, instead of aiohttp's
+    plain-text 404. Other requests pay one plain method call: ``resolve``
+    returns aiohttp's own coroutine, no extra one is awaited.
+    """
+
+    unrouted: web.AbstractRoute | None = None
+    #: Every method some route takes, for ``Allow`` where no path is named.
+    methods: tuple[str, ...] = ()
+
+    def resolve(self, request: web.Request) -> Coroutine[Any, Any, UrlMappingMatchInfo]:
+        route = self.unrouted
+        if route is not None and not request.rel_url.path_safe.startswith("/"):
+            return _matched(request, route)
+        return super().resolve(request)
+
+
+async def _matched(request: web.Request, route: web.AbstractRoute) -> UrlMappingMatchInfo:
+    return UrlMappingMatchInfo({"path": request.raw_path}, route)
+
+
+def _new_app() -> web.Application:
+    """An application on a :class:`_Router` (aiohttp deprecates passing a router,
+    and still takes one: it is how a router is replaced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return web.Application(router=_Router())
+
+
 async def _no_route(request: web.Request) -> web.StreamResponse:
     """The catch-all route: a preflight of a known path (204), a method the
-    path does not take (405 with ``Allow``), or an unknown path (404)."""
+    path does not take (405 with ``Allow``), or an unknown path (404).
+
+    A target that is no path (:class:`_Router`): ``CONNECT`` is a 405 (the
+    gateway is no proxy), ``OPTIONS *`` a 204 naming the server's methods in
+    ``Allow`` (RFC 9110 §9.3.7), anything else a 404.
+    """
+    if not request.rel_url.path_safe.startswith("/"):
+        router = request.app.router
+        taken = router.methods if isinstance(router, _Router) else ("GET", "HEAD")
+        if request.method == "CONNECT":
+            raise web.HTTPMethodNotAllowed(request.method, taken)
+        if request.method == "OPTIONS" and request.raw_path == "*":
+            return web.Response(status=204, headers={"Allow": ",".join(taken)})
+        raise web.HTTPNotFound()
     allowed: set[str] = set()
     for resource in request.app.router.resources():
         if resource is not request.match_info.route.resource:
@@ -144,6 +199,7 @@ def create_app(
     clients: SharedClients | None = None,
     jobs: JobsService | None = None,
     recorder: RecorderLink | None = None,
+    show_paths: bool | None = None,
 ) -> web.Application:
     """The gateway application for ``config``.
 
@@ -154,7 +210,10 @@ def create_app(
     ``gateway serve --workers N`` serving a config that records; only
     worker 0 opens the store as its writer, the others open it shared and
     forward the recording collections' requests to worker 0
-    (:mod:`gateway.server.recorder_link`).
+    (:mod:`gateway.server.recorder_link`). ``show_paths``: the HTML pages show
+    the server's filesystem paths (:data:`~gateway.api.keys.SHOW_PATHS`);
+    None: when the environment has ``GATEWAY_SHOW_PATHS`` set to ``1``,
+    ``true`` or ``yes``.
     """
     routes = _api_routes()
     install_bad_request_log_filter()  # aiohttp's own 400s: one INFO line, no traceback
@@ -168,6 +227,9 @@ def create_app(
         jobs = JobsService.from_config(config, role="serve")
     recording = frozenset(name for name, coll in config.collections.items() if coll.records)
     app = _shared_state(config, collections, clients, jobs)
+    if show_paths is None:
+        show_paths = os.environ.get(SHOW_PATHS_ENV, "").strip().lower() in ("1", "true", "yes")
+    app[SHOW_PATHS] = show_paths
     app.cleanup_ctx.append(_lifecycle(config, jobs, recording, recorder))
     _add_routes(app, routes, recorder, recording)
     return app
@@ -231,7 +293,7 @@ def _shared_state(
     jobs: JobsService,
 ) -> web.Application:
     """A new app holding the shared state under its keys (config, clients, metrics...)."""
-    app = web.Application()
+    app = _new_app()
     app[CONFIG] = config
     app[CLIENTS] = clients
     app[COLLECTIONS] = collections
@@ -307,4 +369,9 @@ def _add_routes(
             stats.route = added.resource.canonical  # "/{coll}/{timestamp}id_/{url}"
     # Last: what no route takes (any character, an encoded newline too).
     unrouted = metrics.route("*", "unrouted")
-    app.router.add_route("*", r"/{path:[\s\S]*}", api_route(_no_route, unrouted))
+    catch_all = app.router.add_route("*", r"/{path:[\s\S]*}", api_route(_no_route, unrouted))
+    router = app.router
+    if isinstance(router, _Router):
+        router.unrouted = catch_all
+        taken = {route.method for route in router.routes() if route.method != "*"}
+        router.methods = tuple(sorted(taken | {"OPTIONS"}))

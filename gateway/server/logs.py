@@ -18,7 +18,9 @@
   logging of one line costs about 140,000 instructions, a third more than a
   one-URL lookup itself (``bench/bench_instructions.py``, README).
 
-Logs go to standard error.
+Logs go to standard error. Identical messages are rate-limited: the first is
+logged, then at most one every 10 s, carrying how many were not logged
+(:class:`~gateway.server.logrepeat.RepeatFilter`; not the access log).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import argparse
 import logging
 import sys
 from typing import Final, Literal
+
+from gateway.server.logrepeat import RepeatFilter
 
 __all__ = [
     "ACCESS_LOG_FORMAT",
@@ -80,6 +84,7 @@ def configure_logging(level: str = "info", log_format: LogFormat = "text") -> No
     """Send every logger's records at ``level`` or above to standard error, as text or JSON.
 
     Replaces the root logger's handlers (calling it twice does not double lines).
+    Identical messages are rate-limited (:class:`RepeatFilter`).
     Raises ValueError for a level not in :data:`LOG_LEVELS`.
     """
     if level not in LOG_LEVELS:
@@ -97,6 +102,7 @@ def configure_logging(level: str = "info", log_format: LogFormat = "text") -> No
         )
     else:
         handler.setFormatter(logging.Formatter(_TEXT_FORMAT))
+    handler.addFilter(RepeatFilter())
     root = logging.getLogger()
     for old in root.handlers[:]:
         root.removeHandler(old)

@@ -39,7 +39,12 @@ lookup. Each record gets ``load_url``, the replay template filled with its
 Errors: a connection failure or an HTTP error status raises
 :class:`SourceUnavailable` (``"HTTP 502 from <api>"``; ``retry_after_s`` from
 ``Retry-After`` on 429 and 503); an answer that does not parse raises
-:class:`SourceBadAnswer` naming the line. A **404 is "no captures"**: pywb's
+:class:`SourceBadAnswer` naming the line. A 4xx about the query (a ``400`` for
+``url=javascript:alert(1)``; any 4xx but 404, 401, 407, 408 and 429) is the
+client's error, not the server's: it raises
+:class:`~gateway.errors.SourceRefused` naming the status and what the answer's
+text said (:mod:`gateway.sources.upstream`), which never opens the circuit
+breaker. A **404 is "no captures"**: pywb's
 CDX server and OpenWayback answer an empty lookup with 404 (pywb's
 ``RemoteIndexSource`` treats it so); a misconfigured API URL therefore looks
 empty, which ``gateway check-config`` cannot detect.
@@ -66,6 +71,7 @@ from gateway.loaders.replay import DEFAULT_MAX_RECORD_BYTES, ReplayLoader, requo
 from gateway.loaders.warc_build import CHUNK_BYTES, DEFAULT_SPOOL_MEMORY_BYTES
 from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdx_stream import BodyDecoder, CdxAnswerError, CdxAnswerParser
+from gateway.sources.upstream import body_excerpt, is_refusal, refusal
 
 __all__ = ["DEFAULT_CLOSEST_LIMIT", "CdxApiConfig", "CdxApiSource", "fill_replay_template"]
 
@@ -323,6 +329,9 @@ class CdxApiSource:
             ) as resp:
                 if resp.status == 404:
                     return
+                if is_refusal(resp.status):
+                    detail = await body_excerpt(resp)
+                    raise refusal(self.name, resp.status, f"CDX server {api}", detail)
                 if resp.status >= 300:
                     retry = None
                     if resp.status in (429, 503):

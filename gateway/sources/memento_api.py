@@ -45,7 +45,15 @@ Errors: connection failures, HTTP 5xx, 429 and other error statuses raise
 410 from the TimeGate or the first TimeMap page is "no captures"; an answer
 that is not link-format, a Link header that does not parse, or a TimeMap with
 memento links of which none has a valid ``datetime`` raise
-:class:`SourceBadAnswer`.
+:class:`SourceBadAnswer`. What the client's URL causes is the client's error,
+:class:`~gateway.errors.SourceRefused` (a 4xx that never opens the circuit
+breaker, :mod:`gateway.sources.upstream`): a URL with a scheme other than
+``http``/``https`` (``javascript:alert(1)``, ``mailto:``, ``urn:``) is refused
+before anything is sent, as is one that makes a TimeGate or TimeMap URL that
+cannot be requested; a 4xx other than 404, 410, 401, 407, 408 and 429 from the
+TimeGate or the first TimeMap page (an archive answering ``400 Bad Request``
+about the URL) is passed on. The same statuses on a later TimeMap page, whose
+URL the archive gave, are the archive's fault (:class:`SourceUnavailable`).
 """
 
 from __future__ import annotations
@@ -73,7 +81,7 @@ from gateway.cdx.memento import (
 )
 from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
-from gateway.errors import SourceBadAnswer, SourceUnavailable
+from gateway.errors import SourceBadAnswer, SourceRefused, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.replay import ReplayLoader
 from gateway.sources.base import IndexSource, SourceConfig
@@ -83,6 +91,7 @@ from gateway.sources.memento_config import (
     fill_template,
 )
 from gateway.sources.memento_walk import Memento, TimeGateWalk, memento_from_link
+from gateway.sources.upstream import body_excerpt, is_refusal, refusal
 
 __all__ = [
     "DEFAULT_TIMEMAP_PAGE_BUDGET",
@@ -105,6 +114,9 @@ _THREAD_MEMENTOS: Final = 2000
 _ID_MEMENTO = re.compile(r"/\d{14}id_/")
 #: ``/{1-14 digits}{optional modifier_}/{absolute URL}`` in a wayback-style memento URI.
 _WAYBACK_PATH = re.compile(r"/\d{1,14}(?:[a-z]{2}_)?/([A-Za-z][A-Za-z0-9+.\-]*:/.*)$")
+#: A URL's scheme, unless what precedes the colon is a host before its port
+#: (``example.com:8080/``, read as ``http://`` as SURT reads it).
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(?![0-9]+(?:[/?#]|$))")
 
 
 class MementoSource:
@@ -137,6 +149,7 @@ class MementoSource:
         """
         if query.key >= query.end_key or query.fuzzy:
             return
+        self._check_scheme(query.url)
         found: tuple[str, list[Memento]] | None = None
         if _timegate_suits(query):
             assert query.closest is not None
@@ -169,6 +182,26 @@ class MementoSource:
 
     def __repr__(self) -> str:
         return f"MementoSource({self.config.timegate_url!r}, name={self.name!r})"
+
+    def _check_scheme(self, url: str) -> None:
+        """Refuse (the client's error) a URL a Memento archive is not asked about:
+        one whose scheme is not ``http`` or ``https`` (no scheme reads as ``http``).
+
+        >>> source = MementoSource(MementoSourceConfig.from_shorthand("memento+http://arc/web/"),
+        ...                        name="ia", clients=SharedClients())
+        >>> source._check_scheme("iana.org:8080/about")
+        >>> source._check_scheme("javascript:alert(1)")
+        Traceback (most recent call last):
+        gateway.errors.SourceRefused: ia: not asked: a Memento archive holds http(s) URLs, \
+and this one's scheme is 'javascript'
+        """
+        match = _SCHEME.match(url)
+        if match is not None and match.group(1).lower() not in ("http", "https"):
+            raise SourceRefused(
+                self.name,
+                "not asked: a Memento archive holds http(s) URLs, and this one's scheme is "
+                f"{match.group(1)[:20]!r}",
+            )
 
     # ------------------------------------------------------------------ TimeMap
     async def _read_timemap(self, query: CaptureQuery) -> tuple[str, list[Memento]]:
@@ -224,13 +257,16 @@ class MementoSource:
         """The links of one TimeMap page and the URL they are relative to (after
         redirects); None for a 404/410 first page."""
         headers = {"Accept": "application/link-format", "Accept-Encoding": "gzip, deflate"}
-        target = self.request_url(url, "TimeMap")
+        target = self.request_url(url, "TimeMap", from_client=first)
         try:
             async with self.clients.session.get(
                 target, headers=headers, allow_redirects=True
             ) as response:
                 if response.status in (404, 410) and first:
                     return None
+                if first and is_refusal(response.status):
+                    detail = await body_excerpt(response)
+                    raise refusal(self.name, response.status, f"TimeMap {url}", detail)
                 self.raise_for_status(response.status, response.headers, "TimeMap", url)
                 if response.status != 200:
                     raise SourceBadAnswer(
@@ -285,9 +321,22 @@ class MementoSource:
 
     # ------------------------------------------------------------------ shared
     def raise_for_status(
-        self, status: int, headers: CIMultiDictProxy[str], what: str, url: str
+        self,
+        status: int,
+        headers: CIMultiDictProxy[str],
+        what: str,
+        url: str,
+        *,
+        from_client: bool = False,
     ) -> None:
-        """Raise :class:`SourceUnavailable` for 4xx and 5xx (``Retry-After`` kept)."""
+        """Raise :class:`SourceUnavailable` for 4xx and 5xx (``Retry-After`` kept).
+
+        With ``from_client`` (``url`` was made from the client's URL, not taken
+        from the archive's links) a 4xx about the query raises
+        :class:`SourceRefused` instead (:func:`gateway.sources.upstream.is_refusal`).
+        """
+        if from_client and is_refusal(status):
+            raise refusal(self.name, status, f"{what} {url}")
         if status >= 400:
             retry = retry_after_seconds(headers.get("Retry-After"))
             raise SourceUnavailable(self.name, f"{what} {url} answered HTTP {status}", retry)
@@ -306,7 +355,7 @@ class MementoSource:
         405 or 501. Raises SourceUnavailable (unreachable) or SourceBadAnswer
         (unparseable Link header); HTTP statuses are the caller's to judge.
         """
-        target = self.request_url(url, what)
+        target = self.request_url(url, what, from_client=what == "TimeGate")
         try:
             for method in ("HEAD", "GET"):
                 async with self.clients.session.request(
@@ -326,22 +375,31 @@ class MementoSource:
             raise SourceBadAnswer(self.name, f"{what} {url}: {exc}") from exc
         return status, answer, links
 
-    def request_url(self, url: str, what: str) -> URL:
+    def request_url(self, url: str, what: str, *, from_client: bool = False) -> URL:
         """``url`` for aiohttp: sent as written when it is plain ASCII (no ``..``
         collapsing in an embedded URL), requoted by yarl otherwise.
 
-        Raises :class:`SourceUnavailable` when it is not a URL that can be requested.
+        Raises :class:`SourceUnavailable` when it is not a URL that can be
+        requested, :class:`SourceRefused` instead with ``from_client`` (the URL
+        was made from the client's: a TimeGate or the first TimeMap page).
         """
+        problem = ""
         try:
             if url.isascii() and url.isprintable() and " " not in url:
                 target = URL(url, encoded=True)
             else:
                 target = URL(url)
         except ValueError as exc:
-            raise SourceUnavailable(self.name, f"cannot request {what} {url!r}: {exc}") from exc
-        if target.scheme not in ("http", "https") or not target.host:
-            raise SourceUnavailable(self.name, f"cannot request {what} {url!r}: not http(s)")
-        return target
+            problem = str(exc) or type(exc).__name__
+        else:
+            if target.scheme not in ("http", "https") or not target.host:
+                problem = "not http(s)"
+        if not problem:
+            return target
+        reason = f"cannot request {what} {url[:300]!r}: {problem}"
+        if from_client:
+            raise SourceRefused(self.name, f"not asked: {reason}")
+        raise SourceUnavailable(self.name, reason)
 
     def timegate_url(self, url: str) -> str:
         """The TimeGate URL for ``url`` (the ``timegate_url`` template filled)."""

@@ -69,7 +69,13 @@ class MementoHttp(Protocol):
     ) -> tuple[int, CIMultiDictProxy[str], list[Link]]: ...
 
     def raise_for_status(
-        self, status: int, headers: CIMultiDictProxy[str], what: str, url: str
+        self,
+        status: int,
+        headers: CIMultiDictProxy[str],
+        what: str,
+        url: str,
+        *,
+        from_client: bool = False,
     ) -> None: ...
 
 
@@ -100,8 +106,9 @@ class TimeGateWalk:
         """``(original URL, mementos)``; ``(url, [])`` when the TimeGate says 404/410.
 
         None when the window cannot be completed from links (read the TimeMap).
-        Raises SourceUnavailable (unreachable, 5xx, 4xx other than 404/410)
-        and SourceBadAnswer (no memento selected, bad Link header).
+        Raises SourceUnavailable (unreachable, 5xx, 401, 407, 408, 429),
+        SourceRefused (another 4xx: about the client's URL) and SourceBadAnswer
+        (no memento selected, bad Link header).
         """
         selected = await self._ask_timegate()
         if selected is None:
@@ -146,7 +153,8 @@ class TimeGateWalk:
             status, answer, links = await self.http.head(url, headers, "TimeGate")
             if status in (404, 410):
                 return None
-            self.http.raise_for_status(status, answer, "TimeGate", url)
+            # The TimeGate URL is made from the client's: a 4xx is about the query.
+            self.http.raise_for_status(status, answer, "TimeGate", url, from_client=True)
             if 300 <= status < 400:
                 location = answer.get("Location")
                 if not location:

@@ -34,6 +34,7 @@ from gateway.errors import (
     ArchiveFileNotFound,
     LoadError,
     RecordFormatError,
+    RecordFramingError,
     RevisitUnresolved,
     SelfRedirect,
     UnsafeFilename,
@@ -168,29 +169,40 @@ async def test_arc_and_arc_gz_differ_only_in_record_id(
     assert _RECORD_ID.sub(b"", plain) == _RECORD_ID.sub(b"", gzipped)
 
 
-@pytest.mark.parametrize(
-    ("offset", "url", "date"),
-    [
-        (0, "filedesc://bad.arc.gz", None),
-        (134, "http://example.com/", "2014-04-01T00:00:00Z"),  # length -1
-        (202, "http://example.com/", "2014-01-02T00:00:00Z"),  # one blank byte
-        (262, "http://example.com/", "2014-04-01T00:00:00Z"),  # length "abc"
-    ],
-)
-async def test_bad_arc_records_load_as_warcio_reads_them(
-    loader: WarcLoader, finder: FindOriginal, offset: int, url: str, date: str | None
-) -> None:
-    record = CdxRecord(
+def _bad_arc_capture(offset: int) -> CdxRecord:
+    return CdxRecord(
         "com,example)/",
         "20140401000000",
         {"url": "http://example.com/", "filename": "bad.arc", "offset": str(offset)},
     )
-    loaded, data = await load_all(loader, record, finder)
-    assert loaded.content_length is None or loaded.content_length == len(data)
-    if date is not None:
-        assert loaded.target_uri == url
-        assert loaded.warc_date == date
-        assert loaded.http_headers == b""
+
+
+async def test_a_bad_arc_record_with_a_length_loads_as_warcio_reads_it(
+    loader: WarcLoader, finder: FindOriginal
+) -> None:
+    loaded, data = await load_all(loader, _bad_arc_capture(202), finder)  # one blank byte
+    assert loaded.content_length == len(data)
+    _, _, headers = parse_one(data)
+    assert headers.get_header("Content-Length").isdigit()
+    assert loaded.target_uri == "http://example.com/"
+    assert loaded.warc_date == "2014-01-02T00:00:00Z"
+    assert loaded.http_headers == b""
+
+
+@pytest.mark.parametrize(
+    ("offset", "length"),
+    [(0, "'-1'"), (134, "'-1'"), (262, "'abc'")],  # the filedesc header, two records
+)
+async def test_a_record_whose_length_is_no_number_is_never_served(
+    loader: WarcLoader, finder: FindOriginal, offset: int, length: str
+) -> None:
+    """warcio reads a length of -1 or abc as an empty block; served, that was a
+    WARC record saying ``Content-Length: -1``. Now a framing error (502)."""
+    with pytest.raises(RecordFramingError) as caught:
+        await load_all(loader, _bad_arc_capture(offset), finder)
+    assert caught.value.status == 502
+    assert f"'bad.arc' offset {offset}" in caught.value.message
+    assert f"length {length} is not a number of bytes" in caught.value.message
 
 
 # --------------------------------------------------------------- revisits
@@ -611,6 +623,9 @@ def _warcio_reference(path: Path, offset: int, length: int) -> object:
         r"[A-Za-z][A-Za-z0-9+.\-]*:[^\x00-\x20\x7f]*", uri
     ):
         return "error"  # junk warcio reads as an ARC header line, refused on purpose
+    declared = record.rec_headers.get_header("Content-Length")
+    if declared is None or not (declared.isascii() and declared.isdigit()):
+        return "error"  # a length that is no number (-1, abc): never served as a record
     return (
         [h for h in record.rec_headers.headers if h[0] != "WARC-Record-ID"],
         _headers_tuple(record.http_headers),

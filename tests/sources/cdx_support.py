@@ -21,6 +21,8 @@ writes the first record, then waits for ``app[RELEASE]`` before the rest.
 Failure routes: ``/garbage/cdx`` (an HTML page), ``/unavailable/cdx`` (503,
 ``Retry-After: 7``), ``/throttled/cdx`` (429, ``Retry-After`` as an HTTP
 date), ``/bad-gateway/cdx`` (502), ``/missing/cdx`` (404),
+``/refusing/cdx`` (400 with the IA CDX server's kind of text),
+``/unauthorized/cdx`` (401),
 ``/truncated/cdx`` (IA JSON cut inside a row), ``/long-line/cdx`` (a 2 MB
 line), ``/resume/cdx`` (IA JSON with a ``showResumeKey`` tail).
 """
@@ -169,6 +171,17 @@ def cdx_server_app(lines: list[bytes]) -> web.Application:
     async def bad_gateway(request: web.Request) -> web.Response:
         return web.Response(status=502, text="upstream broke")
 
+    async def refusing(request: web.Request) -> web.Response:
+        app[REQUESTS].append(dict(request.query))
+        return web.Response(
+            status=400,
+            text="org.archive.wayback.exception.BadQueryException:\n  Invalid URL: "
+            + request.query.get("url", ""),
+        )
+
+    async def unauthorized(request: web.Request) -> web.Response:
+        return web.Response(status=401, text="who are you?")
+
     async def missing(request: web.Request) -> web.Response:
         return web.Response(status=404, text="No Captures found for: " + request.query["url"])
 
@@ -195,6 +208,8 @@ def cdx_server_app(lines: list[bytes]) -> web.Application:
     app.router.add_get("/throttled/cdx", throttled)
     app.router.add_get("/bad-gateway/cdx", bad_gateway)
     app.router.add_get("/missing/cdx", missing)
+    app.router.add_get("/refusing/cdx", refusing)
+    app.router.add_get("/unauthorized/cdx", unauthorized)
     app.router.add_get("/truncated/cdx", truncated)
     app.router.add_get("/long-line/cdx", long_line)
     app.router.add_get("/resume/cdx", resume)

@@ -23,7 +23,7 @@ from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.query import CaptureQuery, parse_query
 from gateway.clients import SharedClients
 from gateway.config import parse_config
-from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
+from gateway.errors import ConfigError, SourceBadAnswer, SourceRefused, SourceUnavailable
 from gateway.loaders.replay import ReplayLoader
 from gateway.server.app import create_app
 from gateway.sources import cdx_api, cdx_stream
@@ -216,6 +216,29 @@ async def test_502_is_unavailable_without_retry_after(
 async def test_404_means_no_captures(cdx_server: TestServer, clients: SharedClients) -> None:
     source = source_for(cdx_server, "/missing/cdx", clients)
     assert await collect(source, CaptureQuery.for_url("http://www.iana.org/")) == []
+
+
+async def test_a_400_about_the_query_is_the_clients_error(
+    cdx_server: TestServer, clients: SharedClients
+) -> None:
+    source = source_for(cdx_server, "/refusing/cdx", clients)
+    with pytest.raises(SourceRefused) as caught:
+        await collect(source, CaptureQuery.for_url("http://example.com/<script>"))
+    assert caught.value.status == 400
+    assert caught.value.source == "remote"
+    assert caught.value.reason == (
+        f"the archive refused the query: CDX server {source.config.api_url} answered "
+        "HTTP 400 Bad Request (org.archive.wayback.exception.BadQueryException: "
+        "Invalid URL: http://example.com/<script>)"
+    )
+
+
+async def test_a_401_is_a_fault_of_the_source(
+    cdx_server: TestServer, clients: SharedClients
+) -> None:
+    source = source_for(cdx_server, "/unauthorized/cdx", clients)
+    with pytest.raises(SourceUnavailable, match="HTTP 401"):
+        await collect(source, CaptureQuery.for_url("http://www.iana.org/"))
 
 
 async def test_connection_refused_is_unavailable(clients: SharedClients) -> None:

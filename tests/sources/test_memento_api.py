@@ -36,11 +36,11 @@ from gateway.cdx.memento import timestamp_to_http_date
 from gateway.cdx.query import CaptureQuery, parse_query
 from gateway.clients import SharedClients
 from gateway.config import parse_config
-from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
+from gateway.errors import ConfigError, SourceBadAnswer, SourceRefused, SourceUnavailable
 from gateway.index.group import IndexGroup
 from gateway.loaders.replay import ReplayLoader
 from gateway.server.app import create_app
-from gateway.sources import memento_api, memento_config
+from gateway.sources import memento_api, memento_config, upstream
 from gateway.sources.memento_api import (
     TIMEGATE_MAX_LIMIT,
     MementoSource,
@@ -124,7 +124,7 @@ def stamps(records: list[CdxRecord], captures: list[Capture]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- config
-@pytest.mark.parametrize("module", [memento_api, memento_config])
+@pytest.mark.parametrize("module", [memento_api, memento_config, upstream])
 def test_the_module_doctests_pass(module: ModuleType) -> None:
     result = doctest.testmod(module)
     assert result.failed == 0
@@ -540,7 +540,8 @@ async def test_garbage_and_error_answers(
     throttled = await fails("http://slow.example/", SourceUnavailable, "HTTP 429")
     assert 3000 < throttled.retry_after_s <= 3600
     pages.add("/tm/http://closed.example/", "forbidden", status=403)
-    await fails("http://closed.example/", SourceUnavailable, "HTTP 403")
+    closed = await fails("http://closed.example/", SourceRefused, "HTTP 403 Forbidden")
+    assert closed.status == 403  # about the URL: the client's to hear, not a fault
     pages.add(
         "/tm/http://half.example/",
         link_body(memento(2010, "http://half.example/"), f'<{base}/tm/broken>; rel="next"'),
@@ -588,6 +589,64 @@ async def test_garbage_and_error_answers(
     tg_busy = await fails("http://tgbusy.example/", SourceUnavailable, "TimeGate", **tg)
     assert tg_busy.retry_after_s == 7.0
     assert await lookup(source, query("http://unknown.example/", **tg)) == []
+
+
+async def test_a_4xx_about_the_clients_url_is_a_refusal_not_a_fault(
+    aiohttp_server: AiohttpServer, clients: SharedClients
+) -> None:
+    """What the client's URL causes is the client's error (issue 21 §2): an archive
+    answering 400 for a URL it cannot take gives :class:`SourceRefused` (a 4xx,
+    which no breaker counts); statuses about the archive itself stay faults."""
+    pages = Pages()
+    base = await serve(aiohttp_server, pages.app())
+    source = pages_source(base, clients)
+    tg = {"closest": "2014", "limit": "1"}
+
+    async def refused(url: str, **params: str) -> SourceRefused:
+        with pytest.raises(SourceRefused) as caught:
+            await lookup(source, query(url, **params))
+        return caught.value
+
+    json_type = {"Content-Type": "application/json"}
+    pages.add("/tm/http://bad.example/%3C%3E", '{"error": "invalid URL:  <>"}', 400, json_type)
+    bad = await refused("http://bad.example/%3C%3E")
+    assert bad.status == 400
+    assert bad.source == "remote"
+    assert "the archive refused the query: TimeMap " in bad.reason
+    assert "answered HTTP 400 Bad Request" in bad.reason
+    assert '({"error": "invalid URL: <>"})' in bad.reason  # its text, on one line
+    html = {"Content-Type": "text/html"}
+    pages.add("/tm/http://html.example/x", "<html>" + "x" * 5000, 400, html)
+    assert (await refused("http://html.example/x")).reason.endswith("400 Bad Request")
+    pages.add("/tm/http://long.example/", "", 414)
+    assert (await refused("http://long.example/")).status == 414
+    pages.add("/tm/http://odd.example/", "", 418)
+    assert (await refused("http://odd.example/")).status == 400  # other 4xx: a 400
+    pages.add("/tg/http://bad.example/tg", "", 400)
+    timegate = await refused("http://bad.example/tg", **tg)
+    assert "TimeGate " in timegate.reason
+    assert "HTTP 400 Bad Request" in timegate.reason
+
+    # Not the client's doing: the archive's credentials, timeout or rate, a page it linked.
+    for status in (401, 407, 408, 429):
+        pages.add(f"/tm/http://s{status}.example/", "", status)
+        with pytest.raises(SourceUnavailable, match=f"HTTP {status}"):
+            await lookup(source, query(f"http://s{status}.example/"))
+    pages.add("/tm/http://paged.example/", link_body(memento(2010), f'<{base}/tm/p9>; rel="next"'))
+    pages.add("/tm/p9", "no such page", 400)
+    with pytest.raises(SourceUnavailable, match="/tm/p9 answered HTTP 400"):
+        await lookup(source, query("http://paged.example/"))
+
+    # Refused before anything is sent: a URL that is not http(s).
+    pages.hits.clear()
+    for url in ("javascript:alert(1)", "mailto:a@b.example", "urn:x:y"):
+        for params in ({}, tg):
+            reason = (await refused(url, **params)).reason
+            assert "a Memento archive holds http(s) URLs" in reason
+    assert pages.hits == {}
+    # A host and port is no scheme; no scheme is http.
+    assert await lookup(source, query("a.example:8080/")) == []
+    assert await lookup(source, query("a.example/x")) == []
 
 
 async def test_gzip_and_a_cut_off_body(
