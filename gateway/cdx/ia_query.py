@@ -55,14 +55,13 @@ from urllib.parse import quote_plus, unquote_plus
 
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.client_regex import ClientRegex, check_filter_count, compile_client_regex
-from gateway.cdx.hosts import normalize_url
 from gateway.cdx.query import (
     DEFAULT_LIMIT,
     MATCH_TYPES,
     TIMESTAMP_DIGITS,
     CaptureQuery,
     MatchType,
-    key_range,
+    checked_url_range,
     parse_int,
 )
 from gateway.cdx.query import pad_timestamp as _pad
@@ -411,16 +410,7 @@ def parse_ia_query(params: Mapping[str, Sequence[str]]) -> IaQuery:
             raise BadRequest(name, "this experimental IA counter is not supported")
 
     url, match_type = _url_and_match_type(params)
-    try:
-        url = normalize_url(url)  # validated and normalised once (gateway.cdx.hosts)
-    except ValueError as exc:
-        raise BadRequest("url", str(exc)) from exc
-    if not url:
-        raise BadRequest("url", "empty; the url parameter is required")
-    try:
-        key, end_key = key_range(url, match_type, check=False)
-    except ValueError as exc:
-        raise BadRequest("url", str(exc)) from exc
+    url, key, end_key = checked_url_range(url, match_type)
     base = CaptureQuery(
         url=url,
         match_type=match_type,

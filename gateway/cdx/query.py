@@ -41,6 +41,7 @@ __all__ = [
     "MatchType",
     "Output",
     "RecordFilter",
+    "checked_url_range",
     "closest_timestamp",
     "key_range",
     "pad_timestamp",
@@ -402,6 +403,15 @@ def _url_range(
     match_type: MatchType = match_type_text
     if not url:
         raise BadRequest("url", "empty after removing the wildcard")
+    url, key, end_key = checked_url_range(url, match_type)
+    return url, match_type, key, end_key
+
+
+def checked_url_range(url: str, match_type: MatchType) -> tuple[str, str, str]:
+    """``(url, key, end_key)``: ``url`` validated and normalised once
+    (:func:`gateway.cdx.hosts.normalize_url`) and the urlkey range it spans for
+    ``match_type`` (:func:`key_range`), for both dialects. Raises
+    :class:`BadRequest` naming ``url``."""
     try:
         url = normalize_url(url)
     except ValueError as exc:
@@ -412,7 +422,7 @@ def _url_range(
         key, end_key = key_range(url, match_type, check=False)
     except ValueError as exc:
         raise BadRequest("url", str(exc)) from exc
-    return url, match_type, key, end_key
+    return url, key, end_key
 
 
 def _closest(params: Mapping[str, Sequence[str]]) -> str | None:
