@@ -165,6 +165,7 @@ def _connection_limits(args: argparse.Namespace) -> ConnectionLimits:
         keepalive_timeout_s=args.keepalive_timeout_s,
         head_timeout_s=args.head_timeout_s,
         body_timeout_s=args.body_timeout_s,
+        min_body_rate_bps=args.min_body_rate_bps,
         max_connections=args.max_connections,
     )
     return fit_to_open_files(limits, raise_open_files_limit())
@@ -366,6 +367,17 @@ def _seconds_arg(text: str) -> float:
     return seconds
 
 
+def _rate_arg(text: str) -> float:
+    """A rate option's value: bytes per second, 0 or more (``500``, ``0``)."""
+    try:
+        rate = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected bytes per second, e.g. 500") from None
+    if not 0 <= rate < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 or more bytes per second")
+    return rate
+
+
 def _count_arg(text: str) -> int:
     """A count option's value: a whole number, at least 1."""
     try:
@@ -415,6 +427,15 @@ def _add_connection_arguments(serve: argparse.ArgumentParser) -> None:
         default=30.0,
         metavar="SECONDS",
         help="408 (or close) when a request body stops for this long (default 30)",
+    )
+    group.add_argument(
+        "--min-body-rate",
+        dest="min_body_rate_bps",
+        type=_rate_arg,
+        default=500.0,
+        metavar="BYTES_PER_S",
+        help="after --body-timeout, 408 (or close) when a request body has come slower than "
+        "this on average; 0: no minimum (default 500)",
     )
     group.add_argument(
         "--max-connections",

@@ -37,6 +37,8 @@ from tests.conftest import _Server, serve_sample_iana
 
 #: The short servers' timeouts (keep-alive, head, body).
 TIMEOUT_S: Final = 1.0
+#: The minimum body rate of the ``short`` server (bytes per second).
+MIN_RATE_BPS: Final = 10
 #: The longest a timeout may take to act, on a slow or loaded machine.
 MARGIN_S: Final = 5 * TIMEOUT_S
 #: The capped server's cap (its timeouts are long: only the cap closes connections).
@@ -78,6 +80,7 @@ def short(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> Iterato
         tmp_path_factory,
         sample_dir,
         *("--keepalive-timeout", seconds, "--head-timeout", seconds, "--body-timeout", seconds),
+        *("--min-body-rate", str(MIN_RATE_BPS)),
         *("--log-level", "debug"),
     )
     try:
@@ -269,7 +272,8 @@ def test_a_slow_body_is_closed_with_a_408(short: int) -> None:
 
 
 def test_a_body_trickling_within_the_timeout_is_read_whole(short: int) -> None:
-    """The body timeout is between reads: bytes 0.05 s apart outlast it and are answered."""
+    """The body timeout is between reads: bytes 0.05 s apart (20 bytes/s, above the
+    minimum rate) outlast it and are answered."""
     body = _WRAPPED
     with _connect(short) as sock:
         sock.sendall(_POSTREQ % len(body))
@@ -279,6 +283,38 @@ def test_a_body_trickling_within_the_timeout_is_read_whole(short: int) -> None:
             sock.sendall(bytes([byte]))
         assert time.monotonic() - started > TIMEOUT_S
         assert _status(sock.recv(65536)) == b"HTTP/1.1 200 OK"
+
+
+def test_a_body_trickling_below_the_minimum_rate_is_cut_off(short: int) -> None:
+    """Bytes sent often enough for the body timeout (every TIMEOUT_S / 4) but slower
+    than the minimum rate on average: 408 once the body timeout plus what its
+    bytes earned at the minimum rate has passed, /_health answering throughout."""
+    body = _WRAPPED + b"x" * 10_000
+    answers = []
+    with health_polled(short):
+        socks = [_connect(short) for _ in range(3)]
+        for sock in socks:
+            sock.sendall(_POSTREQ % len(body))
+        started = time.monotonic()
+        open_socks = list(socks)
+        sent = 0
+        while open_socks:
+            assert time.monotonic() - started < MARGIN_S * 4, "a slow body still open"
+            readable, _, _ = select.select(open_socks, [], [], 0)
+            for sock in readable:  # an answer, or the end: the server is done with it
+                answers.append(_until_closed(sock)[1])
+                open_socks.remove(sock)
+            for sock in open_socks:
+                with contextlib.suppress(OSError):
+                    sock.sendall(body[sent : sent + 1])
+            sent += 1
+            time.sleep(TIMEOUT_S / 4)  # 4 bytes/s: under MIN_RATE_BPS, within the timeout
+        elapsed = time.monotonic() - started
+        for sock in socks:
+            sock.close()
+    assert elapsed >= TIMEOUT_S  # never before the body timeout
+    _timed_out(answers)
+    assert any(b"came slower than" in answer for answer in answers), answers
 
 
 def test_a_body_shorter_than_its_content_length_is_closed_after_the_body_timeout(
@@ -374,9 +410,11 @@ def test_serve_options_default_to_the_limits_defaults() -> None:
         keepalive_timeout_s=args.keepalive_timeout_s,
         head_timeout_s=args.head_timeout_s,
         body_timeout_s=args.body_timeout_s,
+        min_body_rate_bps=args.min_body_rate_bps,
         max_connections=args.max_connections,
     )
     assert limits == ConnectionLimits()
+    assert limits.min_body_rate_bps == 500
     assert limits.keepalive_timeout_s == 15
     assert (limits.head_timeout_s, limits.body_timeout_s, limits.max_connections) == (10, 30, 1024)
 

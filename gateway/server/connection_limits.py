@@ -86,19 +86,25 @@ class ConnectionLimits:
     ``head_timeout_s``: a request head must be whole that long after its
     first byte (else 408 and closed); ``body_timeout_s``: the longest wait
     between two reads of a request body (else 408 when no answer started,
-    and closed); ``max_connections``: open client connections of the
-    process (the module's docstring says what happens past it).
+    and closed); ``min_body_rate_bps``: after ``body_timeout_s`` of a body, it
+    must have come at this many bytes per second on average (mod_reqtimeout's
+    ``MinRate``: a body that trickles a byte at a time is cut off too; 0: no
+    rate); ``max_connections``: open client connections of the process (the
+    module's docstring says what happens past it).
     """
 
     keepalive_timeout_s: float = 15.0
     head_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    min_body_rate_bps: float = 500.0
     max_connections: int = 1024
 
     def __post_init__(self) -> None:
         for name in ("keepalive_timeout_s", "head_timeout_s", "body_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be more than 0, not {getattr(self, name)!r}")
+        if not self.min_body_rate_bps >= 0:
+            raise ValueError(f"min_body_rate_bps must be 0 or more, not {self.min_body_rate_bps!r}")
         if self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {self.max_connections}")
 

@@ -229,7 +229,15 @@ class GatewayRequestHandler(RequestHandler):
     ``RequestHandler``'s other arguments.
     """
 
-    __slots__ = ("_body", "_body_since", "_head_since", "_limits", "_slots", "_stall_handle")
+    __slots__ = (
+        "_body",
+        "_body_since",
+        "_body_start",
+        "_head_since",
+        "_limits",
+        "_slots",
+        "_stall_handle",
+    )
 
     def __init__(
         self,
@@ -270,6 +278,8 @@ class GatewayRequestHandler(RequestHandler):
         # The body arriving (not yet whole), and the loop time of its last read.
         self._body: StreamReader | None = None
         self._body_since = 0.0
+        #: When the body arriving began (for the minimum body rate).
+        self._body_start = 0.0
         self._stall_handle: asyncio.TimerHandle | None = None
         if probes_only and self._request_handler is not None:
             self._request_handler = probes_only_handler(self._request_handler, slots)
@@ -294,6 +304,7 @@ class GatewayRequestHandler(RequestHandler):
         self._body_since = now  # b"" too: reading resumed, the client may send again
         if payload is not self._body:
             self._body = payload
+            self._body_start = now
             self._arm(now + self._limits.body_timeout_s)
 
     def _arm(self, when: float) -> None:
@@ -314,13 +325,22 @@ class GatewayRequestHandler(RequestHandler):
         if body is not None and body.is_eof():
             self._body = body = None
         if body is not None:
+            limits = self._limits
             if self._reading_paused or self._buffer_paused:
                 self._body_since = now  # the gateway holds the client back, not its stall
-            deadline = self._body_since + self._limits.body_timeout_s
-            if now < deadline:
-                self._arm(deadline)
-            else:
+                self._body_start = now
+            deadline = self._body_since + limits.body_timeout_s
+            if now >= deadline:
                 self._body_timed_out(body)
+                return
+            rate = limits.min_body_rate_bps
+            if rate > 0:
+                slow_at = self._body_start + limits.body_timeout_s + body.total_bytes / rate
+                if now >= slow_at:
+                    self._body_too_slow(body)
+                    return
+                deadline = min(deadline, slow_at)
+            self._arm(deadline)
             return
         if self._head_since is None:
             return
@@ -352,6 +372,20 @@ class GatewayRequestHandler(RequestHandler):
             self._answer_and_close(raw_answer(408, "Request Timeout", message))
         else:
             self.force_close()  # an answer (or another request's) is under way: just close
+
+    def _body_too_slow(self, body: StreamReader) -> None:
+        rate = self._limits.min_body_rate_bps
+        logger.debug(
+            "closed the connection of %s: the request body came slower than %g bytes/s",
+            self.peername,
+            rate,
+        )
+        request = self._current_request
+        if request is not None and request.content is body and request.writer.output_size == 0:
+            message = f"the request body came slower than {rate:g} bytes per second"
+            self._answer_and_close(raw_answer(408, "Request Timeout", message))
+        else:
+            self.force_close()
 
     def _answer_and_close(self, answer: bytes) -> None:
         transport = self.transport
