@@ -356,26 +356,27 @@ def _index(args: argparse.Namespace) -> int:
     return 1 if report.problems else 0
 
 
+def _number_arg(text: str, unit: str, *, zero_allowed: bool) -> float:
+    """A finite number of ``unit`` from an option's text, more than 0 (or 0 or more)."""
+    try:
+        number = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {unit}, e.g. 15 or 0.5") from None
+    low_ok = number >= 0 if zero_allowed else number > 0
+    if not (low_ok and number < float("inf")):
+        least = "0 or more" if zero_allowed else "more than 0"
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {least} {unit}")
+    return number
+
+
 def _seconds_arg(text: str) -> float:
     """A timeout option's value: seconds, more than 0 (``2``, ``0.5``)."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, e.g. 15 or 0.5") from None
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected more than 0 seconds")
-    return seconds
+    return _number_arg(text, "seconds", zero_allowed=False)
 
 
 def _rate_arg(text: str) -> float:
     """A rate option's value: bytes per second, 0 or more (``500``, ``0``)."""
-    try:
-        rate = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected bytes per second, e.g. 500") from None
-    if not 0 <= rate < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 or more bytes per second")
-    return rate
+    return _number_arg(text, "bytes per second", zero_allowed=True)
 
 
 def _count_arg(text: str) -> int:

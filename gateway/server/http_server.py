@@ -361,31 +361,20 @@ class GatewayRequestHandler(RequestHandler):
 
     def _body_timed_out(self, body: StreamReader) -> None:
         seconds = self._limits.body_timeout_s
-        logger.debug(
-            "closed the connection of %s: the request body stopped for %g s",
-            self.peername,
-            seconds,
-        )
-        request = self._current_request
-        if request is not None and request.content is body and request.writer.output_size == 0:
-            message = f"the request body stopped: no byte for {seconds:g} s"
-            self._answer_and_close(raw_answer(408, "Request Timeout", message))
-        else:
-            self.force_close()  # an answer (or another request's) is under way: just close
+        self._close_slow_body(body, f"the request body stopped: no byte for {seconds:g} s")
 
     def _body_too_slow(self, body: StreamReader) -> None:
         rate = self._limits.min_body_rate_bps
-        logger.debug(
-            "closed the connection of %s: the request body came slower than %g bytes/s",
-            self.peername,
-            rate,
-        )
+        self._close_slow_body(body, f"the request body came slower than {rate:g} bytes per second")
+
+    def _close_slow_body(self, body: StreamReader, message: str) -> None:
+        """Answer 408 with ``message`` if nothing was answered yet, else just close."""
+        logger.debug("closed the connection of %s: %s", self.peername, message)
         request = self._current_request
         if request is not None and request.content is body and request.writer.output_size == 0:
-            message = f"the request body came slower than {rate:g} bytes per second"
             self._answer_and_close(raw_answer(408, "Request Timeout", message))
         else:
-            self.force_close()
+            self.force_close()  # an answer (or another request's) is under way: just close
 
     def _answer_and_close(self, answer: bytes) -> None:
         transport = self.transport
