@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from aiohttp.web_urldispatcher import UrlMappingMatchInfo
 
+from gateway.access.tokens import AuthSettings
+from gateway.api.auth import require_scope
 from gateway.api.common import ERRORS_HEADER, client_left, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
 from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, SHOW_PATHS, TIMEMAP_PAGE_SIZE
@@ -346,6 +348,25 @@ def _lifecycle(
     return lifecycle
 
 
+def _guarded(
+    auth: AuthSettings, routes: list[tuple[str, str, Handler]], recording: frozenset[str]
+) -> list[tuple[str, str, Handler]]:
+    """``routes`` with the token checks of ``auth`` (:mod:`gateway.api.auth`) outermost:
+    before a lookup, a live fetch, a write or a forward to the recording worker.
+
+    Every ``/{coll}/...`` route checks ``record`` for the collections that
+    record; each operator route in ``auth.require_admin`` checks ``admin``.
+    """
+    guarded = []
+    for method, path, handler in routes:
+        if auth.require_record and recording and "{coll}" in path:
+            handler = require_scope(handler, auth, "record", collections=recording)
+        elif path in auth.require_admin:
+            handler = require_scope(handler, auth, "admin")
+        guarded.append((method, path, handler))
+    return guarded
+
+
 def _add_routes(
     app: web.Application,
     routes: list[tuple[str, str, Handler]],
@@ -359,6 +380,7 @@ def _add_routes(
 
         forward = forwarding(app, recorder, recording)
         routes = [(m, p, forward(h) if "{coll}" in p else h) for m, p, h in routes]
+    routes = _guarded(app[CONFIG].auth, routes, recording)
     for method, path, handler in routes:
         stats = metrics.route(method, path)
         if method == "GET":
