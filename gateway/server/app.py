@@ -31,8 +31,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from aiohttp.web_urldispatcher import UrlMappingMatchInfo
 
-from gateway.access.tokens import AuthSettings
-from gateway.api.auth import require_scope
 from gateway.api.common import ERRORS_HEADER, client_left, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
 from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, SHOW_PATHS, TIMEMAP_PAGE_SIZE
@@ -47,6 +45,7 @@ from gateway.server.collection_builder import build_collection, build_collection
 from gateway.server.logfilter import install as install_bad_request_log_filter
 
 if TYPE_CHECKING:
+    from gateway.access.tokens import AuthSettings
     from gateway.server.jobs_service import JobsService
     from gateway.server.recorder_link import RecorderLink
 
@@ -348,23 +347,21 @@ def _lifecycle(
     return lifecycle
 
 
-def _guarded(
-    auth: AuthSettings, routes: list[tuple[str, str, Handler]], recording: frozenset[str]
-) -> list[tuple[str, str, Handler]]:
-    """``routes`` with the token checks of ``auth`` (:mod:`gateway.api.auth`) outermost:
-    before a lookup, a live fetch, a write or a forward to the recording worker.
+def _guarded(handler: Handler, path: str, auth: AuthSettings, recording: frozenset[str]) -> Handler:
+    """``handler`` of route ``path`` with the token check ``auth`` asks for
+    (:mod:`gateway.api.auth`); applied outermost, before a lookup, a live
+    fetch, a write or a forward to the recording worker.
 
     Every ``/{coll}/...`` route checks ``record`` for the collections that
     record; each operator route in ``auth.require_admin`` checks ``admin``.
     """
-    guarded = []
-    for method, path, handler in routes:
-        if auth.require_record and recording and "{coll}" in path:
-            handler = require_scope(handler, auth, "record", collections=recording)
-        elif path in auth.require_admin:
-            handler = require_scope(handler, auth, "admin")
-        guarded.append((method, path, handler))
-    return guarded
+    from gateway.api.auth import require_scope
+
+    if auth.require_record and recording and "{coll}" in path:
+        return require_scope(handler, auth, "record", collections=recording)
+    if path in auth.require_admin:
+        return require_scope(handler, auth, "admin")
+    return handler
 
 
 def _add_routes(
@@ -373,16 +370,17 @@ def _add_routes(
     recorder: RecorderLink | None,
     recording: frozenset[str],
 ) -> None:
-    """Register ``routes`` through :func:`api_route` (forwarding if need be), then the catch-all."""
+    """Register ``routes`` through :func:`api_route` (forwarding if need be, behind the
+    token checks of :func:`_guarded`), then the catch-all."""
     metrics = app[METRICS]
     if recorder is not None and not recorder.records and recording:
         from gateway.server.recorder_link import forwarding
 
         forward = forwarding(app, recorder, recording)
         routes = [(m, p, forward(h) if "{coll}" in p else h) for m, p, h in routes]
-    routes = _guarded(app[CONFIG].auth, routes, recording)
     for method, path, handler in routes:
         stats = metrics.route(method, path)
+        handler = _guarded(handler, path, app[CONFIG].auth, recording)
         if method == "GET":
             added = app.router.add_get(path, api_route(handler, stats))  # and HEAD
         else:
