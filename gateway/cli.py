@@ -124,10 +124,10 @@ def _warn_open_recording(config: GatewayConfig, host: str) -> None:
     except ValueError:
         pass
     logging.getLogger("gateway.cli").warning(
-        "%s record(s) into the store for anyone who reaches %s: require a token with "
-        "the scope 'record' (auth: section, docs/access-tokens.md)",
-        ", ".join(recording),
+        "anyone who reaches %s can make the collection(s) %s fetch and record into the "
+        "store: require a token with the scope 'record' (auth: section, docs/access-tokens.md)",
         host,
+        ", ".join(recording),
     )
 
 
