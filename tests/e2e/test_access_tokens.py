@@ -20,6 +20,7 @@ import os
 import re
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 from typing import Final
 
@@ -195,3 +196,53 @@ def test_an_unset_environment_token_stops_start_up(tmp_path: Path) -> None:
         run.stderr
     )
     assert not (tmp_path / "archive" / "store").exists()
+
+
+def test_two_workers_check_before_anything_is_forwarded(tmp_path: Path) -> None:
+    """``--workers 2``: whichever worker a connection reaches, a request without the
+    token is a 401 that no worker forwarded (no ``Via``), fetched or stored; with the
+    token every page is recorded once, by worker 0 (the forwarding itself is
+    shown deterministically in ``tests/test_recorder_link_auth.py``)."""
+    (tmp_path / "collections.yaml").write_text(_config())
+    env = {**os.environ, "GATEWAY_ADMIN_TOKEN": _admin_token()}
+    with live_web() as web:
+        server, port = serve(tmp_path, "--workers", "2", env=env)
+        try:
+            until("/_ready", lambda: get(port, "/_ready")[0] == 200)
+            pages = [f"{web.base}/page/{n}" for n in range(12)]
+            for page in pages:
+                status, headers, _ = get(port, f"/live/resource?url={page}")
+                assert status == 401
+                assert "via" not in headers
+                assert headers["www-authenticate"].startswith("Bearer ")
+            assert web.hits == {}
+            assert _captures(tmp_path) == 0
+            forwarded = 0
+            for page in pages:
+                status, headers = _get_with_token(port, f"/live/resource?url={page}")
+                assert status == 200
+                forwarded += "via" in headers
+            until("12 captures stored", functools.partial(_captures_are, tmp_path, 12))
+            assert web.hits == {f"/page/{n}": 1 for n in range(12)}
+            print(f"{forwarded} of 12 recorded through worker 1")
+        finally:
+            server.stop()
+
+
+def _get_with_token(port: int, path: str) -> tuple[int, dict[str, str]]:
+    """``GET path`` with the docs' record token; retried while worker 0 is not there (503)."""
+    import http.client
+
+    for _ in range(100):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            headers = {"Authorization": "Bearer example-record-token-replace-me"}
+            conn.request("GET", path, headers={**headers, "Connection": "close"})
+            response = conn.getresponse()
+            response.read()
+            if response.status != 503:
+                return response.status, {k.lower(): v for k, v in response.getheaders()}
+        finally:
+            conn.close()
+        time.sleep(0.2)
+    raise AssertionError(f"{path}: 503 for 20 s")
