@@ -264,6 +264,8 @@ def _env_token(value: object, path: str) -> str:
 
 
 def _scopes(value: object, path: str) -> frozenset[Scope]:
+    if value is None:
+        raise ConfigError(path, f"expected a non-empty list of scopes ({', '.join(SCOPES)})")
     items = value if isinstance(value, list) else [value]
     scopes: set[Scope] = set()
     for i, item in enumerate(items):

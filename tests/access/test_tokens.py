@@ -104,6 +104,11 @@ def test_upper_case_hex_is_the_same_digest() -> None:
         ),
         ("  tokens: [{scopes: [record]}]\n", "auth.tokens[0]", "exactly one of sha256"),
         (
+            f"  tokens: [{{sha256: {token_sha256(RECORD_TOKEN)}}}]\n",
+            "auth.tokens[0].scopes",
+            "non-empty list of scopes (record, admin)",
+        ),
+        (
             "  tokens: [{env: GATEWAY_NO_SUCH_TOKEN_VAR, scopes: [record]}]\n",
             "auth.tokens[0].env",
             "GATEWAY_NO_SUCH_TOKEN_VAR is not set",
