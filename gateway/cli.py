@@ -1,4 +1,4 @@
-"""The ``gateway`` command: serve | check-config | index | store | worker | jobs.
+"""The ``gateway`` command: serve | check-config | index | store | worker | jobs | token.
 
 Exit status: 0 success, 1 a command failed, 2 bad usage or a bad config
 (reported before anything binds a port).
@@ -89,6 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return 2
     configure_logging(args.log_level, args.log_format)
+    _warn_open_recording(config, args.host)
     limits = _connection_limits(args)
     names = ", ".join(collections) or "(no collections)"
     if args.workers > 1:
@@ -106,6 +107,28 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _warn_open_recording(config: GatewayConfig, host: str) -> None:
+    """A WARNING when collections that record are open to whoever reaches a
+    non-loopback address (no ``auth.require.record``, docs/access-tokens.md)."""
+    import ipaddress
+    import logging
+
+    recording = [name for name, coll in config.collections.items() if coll.records]
+    if not recording or config.auth.require_record or host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    logging.getLogger("gateway.cli").warning(
+        "anyone who reaches %s can make the collection(s) %s fetch and record into the "
+        "store: require a token with the scope 'record' (auth: section, docs/access-tokens.md)",
+        host,
+        ", ".join(recording),
+    )
 
 
 def _run_app(
@@ -285,6 +308,12 @@ def _check_config(args: argparse.Namespace) -> int:
             for loader in step.loaders:
                 print(f"    resource: {loader.describe()}")
     _print_storages(config)
+    if config.auth.enabled:
+        from gateway.access.tokens import describe
+
+        print(f"tokens: {len(config.auth.tokens)}, required by")
+        for routes, scope in describe(config.auth).items():
+            print(f"  {routes}: scope {scope}")
     return 0
 
 
@@ -493,6 +522,10 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.commands.jobs import add_subcommands as add_jobs_subcommands
 
     add_jobs_subcommands(sub)
+
+    from gateway.commands.token import add_subcommands as add_token_subcommands
+
+    add_token_subcommands(sub)
     return parser
 
 

@@ -42,6 +42,7 @@ from typing import Any, Final
 
 import yaml
 
+from gateway.access.tokens import AuthSettings, parse_auth
 from gateway.cdx.hosts import HostError, normalize_base_url
 from gateway.clients import ClientSettings
 from gateway.errors import ConfigError
@@ -176,6 +177,8 @@ class GatewayConfig:
     store_configured: bool = False
     #: Background work (``jobs:``, :mod:`gateway.jobs`).
     jobs: JobsSettings = dataclasses.field(default_factory=JobsSettings)
+    #: Bearer tokens and the routes that require them (``auth:``, :mod:`gateway.access.tokens`).
+    auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)
     source_file: str = "<string>"
 
     @property
@@ -214,7 +217,9 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     if data is None:
         data = {}
     root = mapping(data, "(top level)")
-    reject_unknown(root, {"collections", "client", "memento", "store", "jobs"}, "(top level)")
+    reject_unknown(
+        root, {"collections", "client", "memento", "store", "jobs", "auth"}, "(top level)"
+    )
     collections_data = mapping(root.get("collections") or {}, "collections")
     collections: dict[str, CollectionConfig] = {}
     for name, value in collections_data.items():
@@ -230,6 +235,7 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     store = _store(root.get("store") or {}, "store")
     memento = _dataclass(MementoSettings, root.get("memento") or {}, "memento")
     jobs = _dataclass(JobsSettings, root.get("jobs") or {}, "jobs")
+    auth = parse_auth(root["auth"], "auth") if "auth" in root else AuthSettings()
     return GatewayConfig(
         collections=collections,
         client=client,
@@ -237,6 +243,7 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
         store=store,
         store_configured="store" in root,
         jobs=jobs,
+        auth=auth,
         source_file=source_file,
     )
 

@@ -15,9 +15,11 @@ cost about a tenth of a one-line lookup's CPU):
   (the requested ones, e.g. ``Accept-Datetime``) and
   ``Access-Control-Max-Age``. ``OPTIONS`` on an unknown path is a 404.
 
-No credentials are involved (the gateway has no cookies or authentication),
-so the wildcard origin is safe and ``Access-Control-Allow-Credentials`` is
-never sent.
+No credentials in the CORS sense are involved (no cookies, no HTTP
+authentication a browser adds by itself): a bearer token
+(:mod:`gateway.api.auth`) is an ``Authorization`` header the script sets,
+allowed by the preflight like any requested header. So the wildcard origin
+is safe and ``Access-Control-Allow-Credentials`` is never sent.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ EXPOSE_HEADERS: Final = (
     "Warcserver-Type",
     "Warcserver-Step",
     "WARC-Target-URI",
+    "WWW-Authenticate",
 )
 _EXPOSE_VALUE: Final = ", ".join(EXPOSE_HEADERS)
 #: How long a browser may cache a preflight answer (seconds).

@@ -45,6 +45,7 @@ from urllib.parse import quote
 from aiohttp import web
 from isal import isal_zlib
 
+from gateway.api.auth import client_headers
 from gateway.api.common import (
     ERRORS_HEADER,
     STEP_HEADER,
@@ -357,11 +358,12 @@ async def _wrapped_query(request: web.Request) -> tuple[CaptureQuery, WrappedReq
 
 
 async def _direct_query(request: web.Request) -> tuple[CaptureQuery, WrappedRequest]:
-    """A direct POST: the client's own method, end-to-end headers and body."""
+    """A direct POST: the client's own method, end-to-end headers (the gateway's
+    token left out, :func:`~gateway.api.auth.client_headers`) and body."""
     query = parse_query(query_params(request))
     wrapped = WrappedRequest(
         method=request.method,
-        headers=end_to_end_headers(request.headers.items()),
+        headers=end_to_end_headers(client_headers(request)),
         body=await request.read(),
     )
     return _method_keyed(query, wrapped), wrapped

@@ -45,6 +45,7 @@ from gateway.server.collection_builder import build_collection, build_collection
 from gateway.server.logfilter import install as install_bad_request_log_filter
 
 if TYPE_CHECKING:
+    from gateway.access.tokens import AuthSettings
     from gateway.server.jobs_service import JobsService
     from gateway.server.recorder_link import RecorderLink
 
@@ -346,13 +347,31 @@ def _lifecycle(
     return lifecycle
 
 
+def _guarded(handler: Handler, path: str, auth: AuthSettings, recording: frozenset[str]) -> Handler:
+    """``handler`` of route ``path`` with the token check ``auth`` asks for
+    (:mod:`gateway.api.auth`); applied outermost, before a lookup, a live
+    fetch, a write or a forward to the recording worker.
+
+    Every ``/{coll}/...`` route checks ``record`` for the collections that
+    record; each operator route in ``auth.require_admin`` checks ``admin``.
+    """
+    from gateway.api.auth import require_scope
+
+    if auth.require_record and recording and "{coll}" in path:
+        return require_scope(handler, auth, "record", collections=recording)
+    if path in auth.require_admin:
+        return require_scope(handler, auth, "admin")
+    return handler
+
+
 def _add_routes(
     app: web.Application,
     routes: list[tuple[str, str, Handler]],
     recorder: RecorderLink | None,
     recording: frozenset[str],
 ) -> None:
-    """Register ``routes`` through :func:`api_route` (forwarding if need be), then the catch-all."""
+    """Register ``routes`` through :func:`api_route` (forwarding if need be, behind the
+    token checks of :func:`_guarded`), then the catch-all."""
     metrics = app[METRICS]
     if recorder is not None and not recorder.records and recording:
         from gateway.server.recorder_link import forwarding
@@ -361,6 +380,7 @@ def _add_routes(
         routes = [(m, p, forward(h) if "{coll}" in p else h) for m, p, h in routes]
     for method, path, handler in routes:
         stats = metrics.route(method, path)
+        handler = _guarded(handler, path, app[CONFIG].auth, recording)
         if method == "GET":
             added = app.router.add_get(path, api_route(handler, stats))  # and HEAD
         else:
