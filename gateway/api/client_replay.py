@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from typing import Any, Final
 
 from aiohttp import web
@@ -118,14 +119,21 @@ async def _closest(collection: Collection, url: str, timestamp: str) -> str:
     raise NotFound(f"no capture of {url} in this collection", answer.errors)
 
 
-def _installed_version(settings: ReplaySettings) -> str:
-    """The installed wabac.js version (its package.json), or ``"?"`` when unreadable."""
+#: Where wabac.js's source is published (AGPL-3.0 §13: offer the source of what is served).
+_SOURCE: Final = "https://github.com/webrecorder/wabac.js"
+
+
+def _installed_package(settings: ReplaySettings) -> tuple[str, str]:
+    """``(version, source URL)`` of the install, from its package.json: the
+    source at that version's tag; ``("?", the repository)`` when unreadable."""
     try:
         with open(os.path.join(settings.wabac_dir, "package.json"), encoding="utf-8") as file:
             version = json.load(file).get("version")
-    except (OSError, ValueError):
-        return "?"
-    return version if isinstance(version, str) else "?"
+    except (OSError, ValueError, AttributeError):
+        version = None
+    if not isinstance(version, str) or not re.fullmatch(r"[0-9][0-9A-Za-z.+-]*", version):
+        return "?", _SOURCE
+    return version, f"{_SOURCE}/tree/v{version}"
 
 
 async def replay_page_handler(request: web.Request) -> web.Response:
@@ -142,7 +150,7 @@ async def replay_page_handler(request: web.Request) -> web.Response:
             raise
         return error_page(request, exc, "Not in the archive")
     coll = request.match_info["coll"]  # a configured name: [A-Za-z0-9][A-Za-z0-9_.-]*
-    version = await asyncio.to_thread(_installed_version, settings)
+    version, source = await asyncio.to_thread(_installed_package, settings)
     setup = {
         "coll": coll,
         "url": url,
@@ -158,6 +166,7 @@ async def replay_page_handler(request: web.Request) -> web.Response:
         captured=captured,
         when=_when(captured),
         wabac_version=version,
+        wabac_source=source,
         setup=setup,
     )
 

@@ -101,6 +101,7 @@ async def browser(chromium: str, tmp_path: Path) -> AsyncIterator[BrowserContext
             args=list(CHROMIUM_ARGS),
             viewport={"width": 1200, "height": 900},
         )
+        context.set_default_timeout(WAIT_MS)
         try:
             yield context
         finally:
