@@ -91,6 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     limits = _connection_limits(args)
     names = ", ".join(collections) or "(no collections)"
+    logging.getLogger("gateway.cli").info("replay in the browser: %s", config.replay.describe())
     if args.workers > 1:
         return _serve_workers(args, config, names, sock, limits)
     # A log record, so that with --log-format json every line of standard error is JSON.
@@ -285,6 +286,7 @@ def _check_config(args: argparse.Namespace) -> int:
             for loader in step.loaders:
                 print(f"    resource: {loader.describe()}")
     _print_storages(config)
+    print(f"replay in the browser: {config.replay.describe()}")
     return 0
 
 

@@ -70,3 +70,19 @@ class ReplaySettings:
         if self.client_side_replay is None:
             return self.installed
         return self.client_side_replay
+
+    def describe(self) -> str:
+        """One line for ``check-config`` and the start-up log: on or off, and why.
+
+        >>> ReplaySettings(client_side_replay=False, wabac_dir="/srv/wabac").describe()
+        'off (client_side_replay: false)'
+        >>> ReplaySettings(wabac_dir="/nowhere/wabac").describe()
+        'off: no wabac.js install in /nowhere/wabac (scripts/install-wabac installs one)'
+        """
+        if self.client_side_replay is False:
+            return "off (client_side_replay: false)"
+        if not self.installed:
+            return (
+                f"off: no wabac.js install in {self.wabac_dir} (scripts/install-wabac installs one)"
+            )
+        return f"on: wabac.js from {self.wabac_dir} (docs/replay.md)"

@@ -75,6 +75,9 @@ def replaying(tmp_path: Path, sample_dir: Path) -> Iterator[str]:
         )
     workdir = sample_workdir(tmp_path / "work", sample_dir)
     (workdir / ".wabac").symlink_to(WABAC_INSTALL)
+    checked = gateway(["check-config"], workdir)
+    assert checked.returncode == 0, checked.stderr
+    assert f"replay in the browser: on: wabac.js from {workdir}/.wabac/" in checked.stdout
     server, port = serve(workdir)
     try:
         yield f"http://127.0.0.1:{port}"
@@ -211,8 +214,13 @@ def test_without_wabac_the_pages_work_as_before(tmp_path: Path, sample_dir: Path
     config = workdir / "collections.yaml"
     text = config.read_text(encoding="utf-8")
     config.write_text(re.sub(r"(?m)^  client_side_replay:.*\n", "", text), encoding="utf-8")
+    checked = gateway(["check-config"], workdir)
+    assert checked.returncode == 0, checked.stderr
+    off = f"replay in the browser: off: no wabac.js install in {workdir}/.wabac/"
+    assert off in checked.stdout
     server, port = serve(workdir)
     try:
+        assert off in server.logs()
         status, _headers, body = get(port, f"/web/?url={HOME}")
         assert status == 200
         page = body.decode()
