@@ -70,6 +70,9 @@ async def test_the_replay_page_names_the_closest_capture_and_sets_up_wabac(
         'href="/iana/resource?url=http%3A%2F%2Fwww.iana.org%2F&amp;closest=20140126200624"' in page
     )
     assert "replayed by wabac.js 9.9.9" in page
+    noscript = '<noscript><p id="replay-noscript">Replay runs in your browser and needs JavaScript'
+    assert noscript in page
+    assert f'the <a href="/iana/20140126200624id_/{HOME}">raw memento</a> needs none' in page
     assert 'href="https://github.com/webrecorder/wabac.js/tree/v9.9.9">source</a>' in page
     setup = re.search(r"const setup = (\{.*?\});", page)
     assert setup is not None

@@ -202,6 +202,14 @@ async def test_the_iana_capture_replays_styled_and_its_links_stay_in_the_archive
     family = await frame.evaluate("getComputedStyle(document.body).fontFamily")
     assert family.startswith('"Open Sans"'), family
 
+    # The address bar's URL is the shareable one: opened again (the service
+    # worker now in control), it shows the same page.
+    shared = await browser.new_page()
+    await shared.goto(page.url)
+    frame = await replay_frame(shared, "Root Zone Database")
+    assert frame.url == f"{replaying}/web/20140126200912mp_/http://www.iana.org/domains/root"
+    assert await shared.locator("#capture-time").inner_text() == "2014-01-26 20:09:12"
+
     # Nothing the browser asked for left the gateway.
     assert requested
     outside = [url for url in requested if not url.startswith(f"{replaying}/")]
