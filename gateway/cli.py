@@ -92,6 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
     _warn_open_recording(config, args.host)
     limits = _connection_limits(args)
     names = ", ".join(collections) or "(no collections)"
+    logging.getLogger("gateway.cli").info("replay in the browser: %s", config.replay.describe())
     if args.workers > 1:
         return _serve_workers(args, config, names, sock, limits)
     # A log record, so that with --log-format json every line of standard error is JSON.
@@ -314,6 +315,7 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"tokens: {len(config.auth.tokens)}, required by")
         for routes, scope in describe(config.auth).items():
             print(f"  {routes}: scope {scope}")
+    print(f"replay in the browser: {config.replay.describe()}")
     return 0
 
 

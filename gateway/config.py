@@ -49,6 +49,7 @@ from gateway.errors import ConfigError
 from gateway.index.fuzzy import DEFAULT_RULES, FuzzyRules, load_rules
 from gateway.jobs.settings import JobsSettings
 from gateway.loaders.resolvers import RESOLVER_TYPES, resolver_kind_for_shorthand
+from gateway.replay_settings import ReplaySettings
 from gateway.sources import SOURCE_SHORTHANDS, SOURCE_TYPES
 from gateway.storage import STORAGE_TYPES
 from gateway.storage.settings import (
@@ -172,6 +173,8 @@ class GatewayConfig:
     collections: Mapping[str, CollectionConfig]
     client: ClientSettings
     memento: MementoSettings = dataclasses.field(default_factory=MementoSettings)
+    #: In-browser replay (``replay:``, docs/replay.md).
+    replay: ReplaySettings = dataclasses.field(default_factory=ReplaySettings)
     store: StoreSettings = dataclasses.field(default_factory=StoreSettings)
     #: True when the file has a ``store:`` section.
     store_configured: bool = False
@@ -218,7 +221,9 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
         data = {}
     root = mapping(data, "(top level)")
     reject_unknown(
-        root, {"collections", "client", "memento", "store", "jobs", "auth"}, "(top level)"
+        root,
+        {"collections", "client", "memento", "replay", "store", "jobs", "auth"},
+        "(top level)",
     )
     collections_data = mapping(root.get("collections") or {}, "collections")
     collections: dict[str, CollectionConfig] = {}
@@ -234,12 +239,14 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     client = _dataclass(ClientSettings, root.get("client") or {}, "client")
     store = _store(root.get("store") or {}, "store")
     memento = _dataclass(MementoSettings, root.get("memento") or {}, "memento")
+    replay = _dataclass(ReplaySettings, root.get("replay") or {}, "replay")
     jobs = _dataclass(JobsSettings, root.get("jobs") or {}, "jobs")
     auth = parse_auth(root["auth"], "auth") if "auth" in root else AuthSettings()
     return GatewayConfig(
         collections=collections,
         client=client,
         memento=memento,
+        replay=replay,
         store=store,
         store_configured="store" in root,
         jobs=jobs,

@@ -5,7 +5,7 @@ of the command that loads the config (pywb's rule: its paths are relative to
 the directory it runs in). Every path-valued key follows it, resolved once
 when its config object is made, which is when the config is loaded: index
 paths (``file``, ZipNum summaries and ``.loc`` files), ``resource:`` prefixes
-and path indexes, ``store.root``, the ``path`` of local storages. From then
+and path indexes, ``store.root``, the ``path`` of local storages, ``replay.wabac_dir``. From then
 on no code looks at the working directory again, so a store, an index or a
 WARC prefix means the same files to every command and to a server whose
 working directory changes.

@@ -91,6 +91,7 @@ __all__ = [
     "memento_handler",
     "timegate_handler",
     "timemap_handler",
+    "uri_r_from_path",
     "wayback_timegate_handler",
 ]
 
@@ -141,7 +142,7 @@ class _Target:
         ]
 
 
-def _normalize_url(text: str) -> str:
+def uri_r_from_path(text: str) -> str:
     """The URI-R of a path: ``http:/a`` -> ``http://a``; no scheme -> ``http://``
     prepended (as pywb does); then validated and normalised once
     (:func:`~gateway.cdx.hosts.normalize_url`: the host in IDNA ASCII,
@@ -149,11 +150,11 @@ def _normalize_url(text: str) -> str:
     ``http://[::1]/``, since clients encode ``[`` and ``]``, which may not
     stand in a path). Raises :class:`BadRequest` naming ``url``.
 
-    >>> _normalize_url("http:/example.com/a")
+    >>> uri_r_from_path("http:/example.com/a")
     'http://example.com/a'
-    >>> _normalize_url("http://%5B::1%5D:8080/%5B")
+    >>> uri_r_from_path("http://%5B::1%5D:8080/%5B")
     'http://[::1]:8080/%5B'
-    >>> _normalize_url("http://B%C3%BCcher.example/")
+    >>> uri_r_from_path("http://B%C3%BCcher.example/")
     'http://xn--bcher-kva.example/'
     """
     match = _SCHEME.match(text)
@@ -186,7 +187,7 @@ def _target(request: web.Request, skip: int, *, paged: bool = False) -> tuple[_T
             f"/{parts[1]}/timegate/http://example.com/",
         )
     base = f"{public_base(request)}/{parts[1]}"
-    return _Target(base, _normalize_url(rest)), from_ts
+    return _Target(base, uri_r_from_path(rest)), from_ts
 
 
 def _query(url: str, closest: str | None = None) -> CaptureQuery:

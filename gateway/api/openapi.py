@@ -22,6 +22,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from gateway.api.client_replay import OPENAPI_PATHS as REPLAY_PATHS
+
 __all__ = ["openapi_document", "openapi_handler"]
 
 _JSON: Final = "application/json"
@@ -503,6 +505,7 @@ def _paths() -> dict[str, dict[str, Any]]:
         **_collection_paths(),
         **_lookup_paths(),
         **_memento_paths(),
+        **REPLAY_PATHS,  # next to their routes: gateway.api.client_replay
     }
 
 

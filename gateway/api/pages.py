@@ -14,9 +14,10 @@ ask for ``text/html`` (browsers) and the JSON description to everyone else
   years with their counts, the twelve months of the selected ``year``
   (default: the last year with captures) with a count on each day that has
   captures, and the captures of the selected ``day`` (``YYYYMMDD``; default:
-  the last day with captures), each linking to its raw memento
-  (``/{coll}/{timestamp}id_/{url}``), its WARC record (the Resource API) and
-  its index line; the URL's TimeMaps are linked too;
+  the last day with captures), each linking to its replay in the browser
+  (``/{coll}/{timestamp}/{url}``, when replay is on: :mod:`gateway.api.client_replay`),
+  its raw memento (``/{coll}/{timestamp}id_/{url}``), its WARC record (the
+  Resource API) and its index line; the URL's TimeMaps are linked too;
 - ``?url=U*`` (a prefix) or ``?url=*.host``: the URLs captured under it, each
   linking to its calendar.
 
@@ -46,7 +47,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import web
 
 from gateway.api.common import collection_for
-from gateway.api.keys import CLIENTS, COLLECTIONS, SHOW_PATHS
+from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, SHOW_PATHS
 from gateway.cdx.query import parse_query
 from gateway.errors import BadRequest, GatewayError
 
@@ -56,7 +57,15 @@ if TYPE_CHECKING:
     from gateway.cdx.cdxj import CdxRecord
     from gateway.index.collection import Collection
 
-__all__ = ["MAX_PAGE_CAPTURES", "collection_page", "hide_paths", "home_page", "wants_html"]
+__all__ = [
+    "MAX_PAGE_CAPTURES",
+    "collection_page",
+    "error_page",
+    "hide_paths",
+    "home_page",
+    "render_page",
+    "wants_html",
+]
 
 #: At most this many captures of one URL (or URLs under a prefix) are read for a page.
 MAX_PAGE_CAPTURES: Final = 10_000
@@ -104,7 +113,8 @@ def _templates() -> jinja2.Environment:
     return env
 
 
-def _render(name: str, status: int = 200, /, **context: object) -> web.Response:
+def render_page(name: str, status: int = 200, /, **context: object) -> web.Response:
+    """The template ``name`` of ``gateway/templates`` (autoescaped) as an HTML answer."""
     text = _templates().get_template(name).render(**context)
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
@@ -128,6 +138,13 @@ class _PageError:
 
 def _shows_paths(request: web.Request) -> bool:
     return request.app.get(SHOW_PATHS, False)
+
+
+def error_page(request: web.Request, exc: GatewayError, title: str) -> web.Response:
+    """``exc`` as the page ``templates/error.html`` with its status (paths hidden unless asked)."""
+    return render_page(
+        "error.html", exc.status, title=title, error=_page_error(exc, _shows_paths(request))
+    )
 
 
 def _page_error(exc: GatewayError, show_paths: bool) -> _PageError:
@@ -171,7 +188,7 @@ async def home_page(request: web.Request) -> web.Response:
     ]
     cached = request.app[CLIENTS].store_safety
     safety = await asyncio.to_thread(cached.get) if cached is not None else None
-    return _render(
+    return render_page(
         "home.html",
         collections=collections,
         store_safe=None if safety is None else safety.all_safe,
@@ -213,18 +230,18 @@ async def collection_page(request: web.Request) -> web.Response:
     except GatewayError as exc:
         if not wants_html(request):
             raise  # API clients get the JSON error every route gives
-        error = _page_error(exc, show_paths)
-        return _render("error.html", exc.status, title="Unknown collection", error=error)
+        return error_page(request, exc, "Unknown collection")
     url = request.query.get("url", "").strip()
     sources = _sources(collection, show_paths)
-    context: dict[str, object] = {"coll": name, "url": url, "sources": sources}
+    replay = request.app[CONFIG].replay.enabled
+    context: dict[str, object] = {"coll": name, "url": url, "sources": sources, "replay": replay}
     if not url:
-        return _render("collection.html", **context)
+        return render_page("collection.html", **context)
     try:
         captures = await _captures(collection, url)
         if "*" in url:
             truncated = len(captures) >= MAX_PAGE_CAPTURES
-            return _render(
+            return render_page(
                 "collection.html", **context, urls=_url_counts(captures), truncated=truncated
             )
         context.update(_calendar(captures, request.query))
@@ -232,8 +249,8 @@ async def collection_page(request: web.Request) -> web.Response:
         if not wants_html(request):
             raise
         context["error"] = _page_error(exc, show_paths)
-        return _render("collection.html", exc.status, **context)
-    return _render("collection.html", **context)
+        return render_page("collection.html", exc.status, **context)
+    return render_page("collection.html", **context)
 
 
 async def _captures(collection: Collection, url: str) -> list[_Capture]:

@@ -240,6 +240,11 @@ def _api_routes() -> list[tuple[str, str, Handler]]:
     """Every API route as (method, path, handler), in the order they are matched."""
     # The API's handlers are imported here, not with this module: building
     # collections (gateway check-config) needs none of them.
+    from gateway.api.client_replay import (
+        replay_frame_handler,
+        replay_page_handler,
+        wabac_file_handler,
+    )
     from gateway.api.index import ia_cdx_handler, index_handler
     from gateway.api.jobs import jobs_handler
     from gateway.api.memento import (
@@ -268,6 +273,7 @@ def _api_routes() -> list[tuple[str, str, Handler]]:
         ("GET", "/_jobs", jobs_handler),
         ("GET", "/metrics", metrics_handler),
         ("GET", "/openapi.json", openapi_handler),
+        ("GET", r"/_wabac/{name:sw\.js|LICENSE\.md}", wabac_file_handler),  # docs/replay.md
         ("GET", "/{coll}/index", index_handler),
         ("GET", "/{coll}/cdx", ia_cdx_handler),  # IA CDX server dialect
         ("GET", "/{coll}/resource", resource_handler),  # GET also answers HEAD
@@ -277,6 +283,9 @@ def _api_routes() -> list[tuple[str, str, Handler]]:
         ("GET", r"/{coll}/timegate/{url:[\s\S]*}", timegate_handler),
         ("GET", r"/{coll}/timemap/{format}/{url:[\s\S]*}", timemap_handler),
         ("GET", r"/{coll}/{timestamp:\d{1,14}}id_/{url:[\s\S]*}", memento_handler),
+        # Replay in the browser (wabac.js; pywb's replay URLs)
+        ("GET", r"/{coll}/{timestamp:\d{1,14}}mp_/{url:[\s\S]*}", replay_frame_handler),
+        ("GET", r"/{coll}/{timestamp:\d{1,14}}/{url:[\s\S]*}", replay_page_handler),
         ("GET", r"/{coll}/{url:[hH][tT][tT][pP][sS]?:[\s\S]*}", wayback_timegate_handler),
         # pywb warcserver's mode listing and source list
         ("GET", "/{coll}", modes_handler),
