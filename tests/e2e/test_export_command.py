@@ -1,0 +1,109 @@
+"""``gateway export`` and ``GET /{coll}/export.wacz`` as docs/wacz-export.md runs them.
+
+From a fresh working directory: the default ``collections.yaml`` (relative
+paths), the sample archive indexed with ``gateway index`` as the README
+does, then the command and the server side by side. Both exports must pass
+py-wacz's ``wacz validate`` and hold the same records and index, byte for
+byte.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.e2e.support import gateway, get, serve
+
+WACZ: Final = str(Path(sys.executable).with_name("wacz"))
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> Path:
+    """A working directory set up as the README's set-up step leaves it."""
+    cwd = tmp_path_factory.mktemp("export")
+    shutil.copy(REPO_ROOT / "collections.yaml", cwd / "collections.yaml")
+    warcs = cwd / "archive" / "warcs"
+    warcs.mkdir(parents=True)
+    for warc in (sample_dir / "warcs").iterdir():
+        if warc.name not in ("example-extra.warc", "bad.arc"):
+            shutil.copy(warc, warcs / warc.name)
+    result = gateway(["index", "archive/warcs/", "-o", "archive/indexes/pywb-sample.cdxj"], cwd)
+    assert result.returncode == 0, result.stderr
+    return cwd
+
+
+def _validate(path: Path) -> None:
+    result = subprocess.run(
+        [WACZ, "validate", "-f", str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Validation succeeded" in result.stdout
+
+
+def _entries(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in ("archive/data.warc.gz", "indexes/index.cdx")}
+
+
+def test_the_command_and_the_route_export_the_same_valid_wacz(workdir: Path) -> None:
+    result = gateway(
+        ["export", "iana.org", "--match-type", "prefix", "-o", "exports/iana.wacz"], workdir
+    )
+    assert result.returncode == 0, result.stderr
+    assert "exports/iana.wacz: 184 captures" in result.stderr
+    exported = workdir / "exports" / "iana.wacz"
+    _validate(exported)
+    assert not (workdir / "exports" / "iana.wacz.tmp").exists()
+    server, port = serve(workdir)
+    try:
+        status, headers, body = get(port, "/web/export.wacz?url=iana.org&matchType=prefix")
+        assert status == 200
+        assert headers["transfer-encoding"] == "chunked"
+        served = workdir / "served.wacz"
+        served.write_bytes(body)
+        status, _, bad = get(port, "/web/export.wacz?url=iana.org&matchType=nope")
+        assert status == 400
+        assert b'"param": "matchType"' in bad
+    finally:
+        server.stop()
+    _validate(served)
+    assert _entries(served) == _entries(exported)
+
+
+def test_bad_query_and_missing_collection_are_bad_usage(workdir: Path) -> None:
+    result = gateway(["export", "iana.org", "--match-type", "nope", "-o", "bad.wacz"], workdir)
+    assert result.returncode == 2
+    assert "matchType: 'nope' is not one of" in result.stderr
+    result = gateway(["export", "iana.org", "--collection", "none", "-o", "bad.wacz"], workdir)
+    assert result.returncode == 2
+    assert "--collection: no collection 'none'" in result.stderr
+    result = gateway(["export", "nothing.example.org", "-o", "bad.wacz"], workdir)
+    assert result.returncode == 1
+    assert "no captures of nothing.example.org" in result.stderr
+    assert not list(workdir.glob("bad.wacz*"))
+
+
+def test_skipped_captures_are_listed_and_exit_1(workdir: Path, sample_dir: Path) -> None:
+    lines = (sample_dir / "cdxj" / "example.cdxj").read_text().splitlines(keepends=True)
+    missing = (
+        'com,example)/missing 20140101000000 {"url": "http://example.com/missing", '
+        '"mime": "text/html", "status": "200", "digest": "X", "length": "100", '
+        '"offset": "0", "filename": "missing.warc.gz"}\n'
+    )
+    (workdir / "broken.cdxj").write_text("".join(sorted([*lines, missing])))
+    (workdir / "broken.yaml").write_text(
+        "collections:\n  broken:\n    index: ./broken.cdxj\n    resource: ./archive/warcs/\n"
+    )
+    command = ["export", "--config", "broken.yaml", "example.com", "--match-type", "domain"]
+    result = gateway([*command, "-o", "broken.wacz"], workdir)
+    assert result.returncode == 1, result.stderr
+    assert "http://example.com/missing skipped" in result.stderr
+    assert "1 problem(s)" in result.stderr
+    _validate(workdir / "broken.wacz")
