@@ -200,6 +200,8 @@ class WaczExport:
         self._pages: list[str] = []
         self._log: list[str] = []
         self._written: set[tuple[str, str, int]] = set()
+        #: Of those, the ones written as a revisit's original (not yet met as a capture).
+        self._originals: set[tuple[str, str, int]] = set()
         self._spool: list[bytes] = []
         self._spooled = 0
         self._committed = False
@@ -259,7 +261,7 @@ class WaczExport:
                 if self._zip.pending_bytes >= _SEND_BYTES:
                     await self._send(send)
             self._zip.end()
-            self._finish()
+            await asyncio.to_thread(self._finish)  # sorts and deflates the whole index
             await self._send(send)
         finally:
             await self._answer.aclose()
@@ -283,7 +285,12 @@ class WaczExport:
             return
         key = _key(capture)
         if key is not None and key in self._written:
-            return  # written already, as the original of an earlier revisit
+            if key in self._originals:  # written already, as an earlier revisit's original
+                self._originals.discard(key)
+                self.report.originals -= 1
+                self.report.captures += 1
+                self._add_page(capture)
+            return
         loaded, errors = await load_capture(self.step, capture, self._context(capture))
         if loaded is None:
             self._skip(capture, "; ".join(errors.values()) or "no loader could load it")
@@ -388,6 +395,8 @@ class WaczExport:
         finally:
             await loaded.aclose()
         self.report.originals += 1
+        if key is not None:
+            self._originals.add(key)
         return True
 
     # ----------------------------------------------------------------- records

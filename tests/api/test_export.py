@@ -26,7 +26,12 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from gateway.cdx.cdxj import CdxRecord
+from gateway.clients import SharedClients
+from gateway.config import parse_config
+from gateway.index.export import WaczExport, parse_export_query
 from gateway.index.indexer import archive_files, write_cdxj_index
+from gateway.server.collection_builder import build_collections
 from tests.conftest import leave_mid_answer, serving
 
 WACZ: Final = str(Path(sys.executable).with_name("wacz"))
@@ -273,3 +278,64 @@ async def test_a_client_that_leaves_stops_the_export(
         caplog,
         expect_log="client left during GET /big/export.wacz",
     )
+
+
+async def test_an_original_met_again_later_counts_as_a_capture(
+    web_yaml: str, tmp_path: Path
+) -> None:
+    """In reverse order the revisit comes first: its original is written once, as
+    the revisit's, and counted as the query's capture (and page) when met."""
+    query = "url=http://www.iana.org/&sort=reverse"
+    wacz = tmp_path / "reverse.wacz"
+    async with serving(web_yaml) as port:
+        assert (await _get(port, f"/web/export.wacz?{query}", wacz))[0] == 200
+        _, _, index = await _get(port, f"/web/index?{query}")
+    api_lines = index.decode().splitlines()
+    assert api_lines[0].startswith("org,iana)/ 20140127171238")  # the revisit first
+    with zipfile.ZipFile(wacz) as archive:
+        lines = archive.read("indexes/index.cdx").decode().splitlines()
+        pages = archive.read("pages/pages.jsonl").decode().splitlines()[1:]
+        summary = json.loads(archive.read("logs/export.log").splitlines()[-1])["details"]
+    assert sorted(map(without_place, lines)) == sorted(map(without_place, api_lines))
+    assert (summary["captures"], summary["originals"]) == (len(api_lines), 0)
+    assert [json.loads(page)["ts"] for page in pages] == ["2014-01-26T20:06:24Z"]
+
+
+async def test_admit_leaves_captures_out_and_counts_them(
+    web_yaml: str, clients: SharedClients
+) -> None:
+    """The access-control hook: ``admit`` sees every capture and original."""
+    collection = build_collections(parse_config(web_yaml), clients)["web"]
+    query = parse_export_query({"url": ["iana.org"], "matchType": ["prefix"]})
+    seen: list[str] = []
+
+    def admit(capture: CdxRecord) -> bool:
+        seen.append(capture.url)
+        return "/about" not in capture.url
+
+    export = await WaczExport.start(collection, query, admit=admit)
+    out = io.BytesIO()
+
+    async def send(data: bytes) -> None:
+        out.write(data)
+
+    report = await export.write(send)
+    about = [url for url in seen if "/about" in url]
+    assert about
+    assert report.refused == len(about)
+    assert report.captures == len(seen) - len(about)
+    with zipfile.ZipFile(out) as archive:
+        index_text = archive.read("indexes/index.cdx").decode()
+    assert "/about" not in index_text
+    assert len(index_text.splitlines()) == report.captures
+
+
+async def test_head_answers_the_headers_only(web_yaml: str) -> None:
+    async with (
+        serving(web_yaml) as port,
+        aiohttp.ClientSession() as session,
+        session.head(f"http://127.0.0.1:{port}/web/export.wacz?url=iana.org") as response,
+    ):
+        assert response.status == 200
+        assert response.headers["Content-Disposition"] == 'attachment; filename="web-export.wacz"'
+        assert await response.read() == b""
