@@ -1,53 +1,27 @@
 """WACZ export: the captures of an Index API query, with their WARC records, as one WACZ.
 
-:meth:`WaczExport.start` asks the collection exactly what the Index API asks
-(:meth:`Collection.lookup
-<gateway.index.collection.Collection.lookup>`: the same steps, sources,
-filters, limit and errors), so whatever filters the Index API's captures
-filters the export's too. :meth:`WaczExport.write` then loads each capture's
-record with its step's loaders (:func:`~gateway.index.collection.load_capture`:
-the Resource API's loaders, breakers and load timeout) *as stored*
-(:attr:`LoadContext.as_stored <gateway.loaders.base.LoadContext.as_stored>`)
-and writes a WACZ 1.1.1 file (:mod:`gateway.index.wacz_writer`) in this
-order, streaming:
+What the file holds, in which order, and what happens to a capture whose
+record cannot be loaded is documented in ``docs/wacz-export.md``; here is
+how. :meth:`WaczExport.start` asks the collection exactly what the Index API
+asks (:meth:`Collection.lookup <gateway.index.collection.Collection.lookup>`),
+so whatever filters the Index API's captures filters the export's too.
+:meth:`WaczExport.write` loads each capture's record with its step's loaders
+(:func:`~gateway.index.collection.load_capture`: the Resource API's loaders,
+breakers and load timeout) *as stored* (:attr:`LoadContext.as_stored
+<gateway.loaders.base.LoadContext.as_stored>`), appends it to
+``archive/data.warc.gz`` as its own gzip member (WARC 1.1 Annex D), follows a
+revisit (WARC 1.1 §6.7) with its original
+(:func:`~gateway.index.collection.original_finder`, as pywb's
+``ResolvingLoader`` finds it), then writes the index, pages, log and
+datapackage (:mod:`gateway.index.wacz_writer`). A record is written once
+however many index lines name it; each line keeps its own.
 
-1. ``archive/data.warc.gz``: each record as its own gzip member (WARC 1.1
-   Annex D), in the answer's order; a revisit (WARC 1.1 §6.7) is followed
-   by its original, found as the Resource API finds it
-   (:func:`~gateway.index.collection.original_finder`: by URL, date and
-   payload digest), unless that record is in the export already. A revisit
-   of a redirect or of the empty payload needs none (pywb
-   ``ResolvingLoader``).
-2. ``indexes/index.cdx``: one CDXJ line per record written, sorted: the
-   Index API's line with ``filename`` ``data.warc.gz`` and the ``offset``
-   and ``length`` of its member within that entry (WACZ 1.1.1 §
-   "indexes").
-3. ``pages/pages.jsonl``: a page per capture of the query that is an HTML
-   ``200`` (``text/html`` or ``application/xhtml+xml``), ``ts`` in ISO 8601.
-4. ``logs/export.log``: what happened, one JSON object a line in
-   Browsertrix's log form (``timestamp logLevel context message details``):
-   each capture skipped and why, each revisit whose original was not found,
-   and a closing summary.
-5. ``datapackage.json`` and ``datapackage-digest.json``.
-
-A capture whose record cannot be loaded (no loader takes it, its file is
-missing or damaged, a remote archive fails) is **skipped, and said**: in
-``logs/export.log``, at WARNING in the server's log, and in the
-:class:`ExportReport` (``gateway export`` lists them and exits 1). A record
-that breaks off while it is being read is dropped too while its gzip member
-is still spooled (up to :data:`SPOOL_BYTES`); past that its bytes are on
-their way out, and the :class:`~gateway.errors.LoadError` is raised: the
-export fails rather than carry a torn record.
-
-Access control hook: every capture comes from ``Collection.lookup`` and
-every original from its step's index, the paths the Index API and the
-Resource API take; ``admit`` (a predicate over a capture) is the one place
-where a further decision (issue 22's access rules) leaves a capture or an
-original out, counted in :attr:`ExportReport.refused`.
-
-Memory: the index lines (a few hundred bytes per record, the query's
-``limit`` bounds them) and one record's spool are held; records stream.
-Compressing and hashing a piece over 64 KiB runs in a worker thread.
+A record's gzip member is held back until it is whole or
+:data:`SPOOL_BYTES` long, so a record that breaks off while it is read can
+still be skipped; past that, the :class:`~gateway.errors.LoadError` is
+raised and the export fails rather than carry a torn record. ``admit`` (a
+predicate over a capture) is the hook where a further decision (issue 22's
+access rules) leaves a capture or an original out.
 """
 
 from __future__ import annotations
@@ -169,6 +143,18 @@ def _warc_header(block: bytes, name: str) -> str:
     return ""
 
 
+def _placed_line(capture: CdxRecord, offset: int, length: int) -> str:
+    """``capture``'s CDXJ line with its record at ``offset``/``length`` of ``data.warc.gz``
+    (its other fields, in their order, unchanged)."""
+    line = capture.copy()
+    fields = dict(capture.fields)
+    fields["offset"] = str(offset)
+    fields["length"] = str(length)
+    fields["filename"] = WARC_NAME
+    line.fields = fields
+    return line.to_cdxj()
+
+
 def _software() -> str:
     try:
         return f"archive-gateway {version('archive-gateway')}"
@@ -199,9 +185,10 @@ class WaczExport:
         self._lines: list[str] = []
         self._pages: list[str] = []
         self._log: list[str] = []
-        self._written: set[tuple[str, str, int]] = set()
-        #: Of those, the ones written as a revisit's original (not yet met as a capture).
-        self._originals: set[tuple[str, str, int]] = set()
+        #: Where each record written lies in the WARC entry: ``(offset, length)``.
+        self._placed: dict[tuple[str, str, int], tuple[int, int]] = {}
+        #: The index lines of the records written as a revisit's original only.
+        self._originals: dict[tuple[str, str, int], str] = {}
         self._spool: list[bytes] = []
         self._spooled = 0
         self._committed = False
@@ -284,12 +271,8 @@ class WaczExport:
             self.report.refused += 1
             return
         key = _key(capture)
-        if key is not None and key in self._written:
-            if key in self._originals:  # written already, as an earlier revisit's original
-                self._originals.discard(key)
-                self.report.originals -= 1
-                self.report.captures += 1
-                self._add_page(capture)
+        if key is not None and key in self._placed:
+            self._index_again(capture, key)
             return
         loaded, errors = await load_capture(self.step, capture, self._context(capture))
         if loaded is None:
@@ -374,7 +357,7 @@ class WaczExport:
         key = _key(original)
         if key is not None and key == _key(revisit):
             return False
-        if key is not None and key in self._written:
+        if key is not None and key in self._placed:
             return True
         if self._admit is not None and not self._admit(original):
             self.report.refused += 1
@@ -396,7 +379,7 @@ class WaczExport:
             await loaded.aclose()
         self.report.originals += 1
         if key is not None:
-            self._originals.add(key)
+            self._originals[key] = self._lines[-1]
         return True
 
     # ----------------------------------------------------------------- records
@@ -454,16 +437,22 @@ class WaczExport:
             self._zip.write(member_bytes)
 
     def _index(self, capture: CdxRecord, offset: int, length: int) -> None:
-        line = capture.copy()
-        fields = dict(capture.fields)
-        fields["offset"] = str(offset)
-        fields["length"] = str(length)
-        fields["filename"] = WARC_NAME
-        line.fields = fields
-        self._lines.append(line.to_cdxj())
+        self._lines.append(_placed_line(capture, offset, length))
         key = _key(capture)
         if key is not None:
-            self._written.add(key)
+            self._placed[key] = (offset, length)
+
+    def _index_again(self, capture: CdxRecord, key: tuple[str, str, int]) -> None:
+        """A capture of a record already written: its own line, pointing at that
+        record (several index lines may name one record), unless it is the line
+        written for it as a revisit's original, which now counts as the query's."""
+        line = _placed_line(capture, *self._placed[key])
+        if self._originals.pop(key, None) == line:
+            self.report.originals -= 1
+        else:
+            self._lines.append(line)
+        self.report.captures += 1
+        self._add_page(capture)
 
     # ------------------------------------------------------------------ finish
     def _finish(self) -> None:

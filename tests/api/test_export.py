@@ -339,3 +339,29 @@ async def test_head_answers_the_headers_only(web_yaml: str) -> None:
         assert response.status == 200
         assert response.headers["Content-Disposition"] == 'attachment; filename="web-export.wacz"'
         assert await response.read() == b""
+
+
+async def test_an_index_group_of_several_source_types_exports_its_merged_answer(
+    sample_dir: Path, tmp_path: Path
+) -> None:
+    """A ZipNum cluster and a CDXJ file in one ``index_group``: the export holds
+    the group's merged answer, each line tagged with its member as on the Index API."""
+    yaml_text = (
+        "collections:\n  many:\n    index_group:\n"
+        f"      zip: {sample_dir}/zipcdx/zipnum-sample.idx\n"
+        f"      ex: {sample_dir}/cdxj/example.cdxj\n"
+        f"    resource: {sample_dir}/warcs/\n"
+    )
+    query = "url=*.iana.org&from=2014"
+    wacz = tmp_path / "many.wacz"
+    async with serving(yaml_text) as port:
+        assert (await _get(port, f"/many/export.wacz?{query}", wacz))[0] == 200
+        _, _, index = await _get(port, f"/many/index?{query}")
+    api_lines = index.decode().splitlines()
+    sources = {json.loads(line.split(" ", 2)[2])["source-coll"] for line in api_lines}
+    assert sources == {"zip", "ex"}
+    with zipfile.ZipFile(wacz) as archive:
+        lines = archive.read("indexes/index.cdx").decode().splitlines()
+    assert sorted(map(without_place, lines)) == sorted(map(without_place, api_lines))
+    result = validate(wacz)
+    assert result.returncode == 0, result.stdout + result.stderr
