@@ -118,3 +118,23 @@ def test_skipped_captures_are_listed_and_exit_1(workdir: Path, sample_dir: Path)
     assert "http://example.com/missing skipped" in result.stderr
     assert "1 problem(s)" in result.stderr
     _validate(workdir / "broken.wacz")
+
+
+def test_an_export_of_the_snapshot_store(workdir: Path) -> None:
+    """``$store`` as docs/store.md writes it: the command opens the store beside
+    nothing else, and the store's own loader gives the records as stored."""
+    (workdir / "store.yaml").write_text(
+        "store:\n  root: ./archive/store\ncollections:\n  stored: $store\n"
+    )
+    added = gateway(
+        ["store", "add", "--config", "store.yaml", "archive/warcs/example.warc.gz"], workdir
+    )
+    assert added.returncode == 0, added.stderr
+    command = ["export", "--config", "store.yaml", "example.com", "--match-type", "prefix"]
+    result = gateway([*command, "-o", "stored.wacz"], workdir)
+    assert result.returncode == 0, result.stderr
+    _validate(workdir / "stored.wacz")
+    with zipfile.ZipFile(workdir / "stored.wacz") as archive:
+        lines = archive.read("indexes/index.cdx").decode().splitlines()
+    assert len(lines) == 2  # the capture and its revisit
+    assert all('"source-coll": "stored"' in line for line in lines)
