@@ -365,3 +365,33 @@ async def test_an_index_group_of_several_source_types_exports_its_merged_answer(
     assert sorted(map(without_place, lines)) == sorted(map(without_place, api_lines))
     result = validate(wacz)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+async def test_a_remote_archive_exports_the_records_it_serves(
+    web_yaml: str, tmp_path: Path
+) -> None:
+    """``memento+`` and ``cdx+`` members: each record is fetched from the remote
+    archive (another gateway) as its Resource API does, and packaged."""
+    async with serving(web_yaml) as upstream:
+        remote = (
+            f"collections:\n  memento: memento+http://127.0.0.1:{upstream}/web/\n"
+            f"  cdx:\n    index: cdx+http://127.0.0.1:{upstream}/web/cdx\n"
+        )
+        async with serving(remote) as port:
+            for coll in ("memento", "cdx"):
+                query = "url=http://www.iana.org/_css/2013.1/screen.css"
+                wacz = tmp_path / f"{coll}.wacz"
+                assert (await _get(port, f"/{coll}/export.wacz?{query}", wacz))[0] == 200
+                _, _, index = await _get(port, f"/{coll}/index?{query}")
+                api_lines = index.decode().splitlines()
+                exported = list(records(wacz))
+                lines = [fields["line"] for fields, _, _ in exported]
+                assert sorted(map(without_place, lines)) == sorted(map(without_place, api_lines))
+                assert len(lines) >= 3, coll
+                _, _, original = await _get(
+                    upstream, f"/web/resource?url={exported[0][0]['url']}&closest=20140126200625"
+                )
+                served = next(iter(ArchiveIterator(io.BytesIO(original))))
+                assert exported[0][2] == served.raw_stream.read()
+                result = validate(wacz)
+                assert result.returncode == 0, result.stdout + result.stderr
