@@ -16,7 +16,8 @@ standard library's :mod:`zipfile` writing to a stream without ``seek``:
 each entry's CRC-32 and sizes follow its data in a data descriptor (ZIP
 APPNOTE 4.3.9) and stand in the central directory, where readers (py-wacz,
 wabac.js, ``unzip``) take them from. The ``archive/`` entry is ZIP64 from
-the start, its size being unknown when its header is written.
+the start, its size being unknown when its header is written; the others
+only when they need it.
 """
 
 from __future__ import annotations
@@ -88,14 +89,17 @@ class WaczWriter:
         info.external_attr = 0o644 << 16
         return info
 
-    def begin(self, path: str, *, deflate: bool = False) -> None:
+    def begin(self, path: str, *, deflate: bool = False, size: int | None = None) -> None:
         """Start the entry ``path`` (stored; ``deflate`` compresses it, never for
-        ``archive/``: WACZ 1.1.1 requires WARCs stored)."""
+        ``archive/``: WACZ 1.1.1 requires WARCs stored). ``size``: its length when
+        known; an entry of unknown length is ZIP64 (it may pass 4 GiB)."""
         if self._entry is not None:
             raise RuntimeError(f"entry {self._path} is still open")
         if deflate and path.startswith("archive/"):
             raise ValueError(f"{path}: WACZ archive/ entries are stored, not deflated")
-        self._entry = self._zip.open(self._info(path, deflate), "w", force_zip64=True)
+        info = self._info(path, deflate)
+        info.file_size = size or 0
+        self._entry = self._zip.open(info, "w", force_zip64=size is None)
         self._path = path
         self._hash = hashlib.sha256()
         self._bytes = 0
@@ -125,7 +129,7 @@ class WaczWriter:
 
     def add(self, path: str, data: bytes, *, deflate: bool = True) -> None:
         """Write the whole entry ``path`` at once (deflated unless told otherwise)."""
-        self.begin(path, deflate=deflate)
+        self.begin(path, deflate=deflate, size=len(data))
         self.write(data)
         self.end()
 
