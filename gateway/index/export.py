@@ -239,6 +239,7 @@ class WaczExport:
         :class:`~gateway.errors.LoadError` for a record that broke off after
         part of it was sent.
         """
+        finished = False
         try:
             self._zip.begin(f"archive/{WARC_NAME}")
             async for capture in self._answer:
@@ -249,8 +250,11 @@ class WaczExport:
                     await self._send(send)
             self._zip.end()
             await asyncio.to_thread(self._finish)  # sorts and deflates the whole index
+            finished = True
             await self._send(send)
         finally:
+            if not finished:
+                self._zip.discard()
             await self._answer.aclose()
         return self.report
 

@@ -22,6 +22,7 @@ only when they need it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import zipfile
@@ -156,6 +157,21 @@ class WaczWriter:
         }
         self._zip.writestr(self._info(DATAPACKAGE_DIGEST, True), json.dumps(digest, indent=2))
         self._zip.close()
+
+    def discard(self) -> None:
+        """Give up: close what is open and drop what was not taken (the bytes
+        taken so far are not a WACZ). Nothing can be written after.
+
+        Called after a failure or a cancellation, possibly while a write
+        handed to a worker thread is still running: what closing then raises
+        about the entry's state is beside the point and not raised.
+        """
+        entry, self._entry = self._entry, None
+        with contextlib.suppress(ValueError, OSError):
+            if entry is not None:
+                entry.close()
+            self._zip.close()
+        self.take()
 
     @property
     def pending_bytes(self) -> int:
