@@ -32,7 +32,9 @@ from gateway.progress import add_progress_argument
 
 if TYPE_CHECKING:
     from gateway.cdx.query import CaptureQuery
+    from gateway.clients import SharedClients
     from gateway.config import GatewayConfig
+    from gateway.index.collection import Collection
     from gateway.index.export import ExportReport
 
 __all__ = ["add_subcommands"]
@@ -83,28 +85,32 @@ def _export(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
+    from gateway.clients import SharedClients
     from gateway.config import load_config
     from gateway.errors import BadRequest, ConfigError, GatewayError
     from gateway.index.export import parse_export_query
+    from gateway.server.collection_builder import build_collection
     from gateway.store.errors import StoreError
 
     logging.basicConfig(level=logging.WARNING, format="gateway export: %(message)s")
     try:
         query = parse_export_query(_params(args))
         config = load_config(args.config)
+        name = _collection_name(args, config)
+        if name is None:
+            return 2
+        clients = SharedClients(config.client)
+        collection = build_collection(config.collections[name], clients)
     except BadRequest as exc:
         _err(exc)
         return 2
     except ConfigError as exc:
         _err(f"bad config {args.config}: {exc}")
         return 2
-    name = _collection_name(args, config)
-    if name is None:
-        return 2
     out = Path(args.output)
     tmp = out.with_name(out.name + ".tmp")
     try:
-        report = asyncio.run(_run(config, name, query, tmp, args.progress))
+        report = asyncio.run(_run(config, collection, clients, query, tmp, args.progress))
         tmp.replace(out)
     except (GatewayError, StoreError, OSError) as exc:
         _err(exc)
@@ -122,19 +128,17 @@ def _export(args: argparse.Namespace) -> int:
 
 async def _run(
     config: GatewayConfig,
-    name: str,
+    collection: Collection,
+    clients: SharedClients,
     query: CaptureQuery,
     path: Path,
     progress: bool | None,
 ) -> ExportReport:
-    """Open the collection's clients (and store), export into ``path``, close them."""
-    from gateway.clients import SharedClients
+    """Start the collection's clients (and open the store, shared, when the config
+    uses one, as ``gateway serve`` does), export into ``path``, close them."""
     from gateway.index.export import WaczExport
     from gateway.progress import progress_bar
-    from gateway.server.collection_builder import build_collection
 
-    clients = SharedClients(config.client)
-    collection = build_collection(config.collections[name], clients)
     await clients.start()
     try:
         if config.uses_store:

@@ -95,6 +95,10 @@ def test_bad_query_and_missing_collection_are_bad_usage(workdir: Path) -> None:
     result = gateway(["export", "iana.org", "--collection", "none", "-o", "bad.wacz"], workdir)
     assert result.returncode == 2
     assert "--collection: no collection 'none'" in result.stderr
+    (workdir / "missing.yaml").write_text("collections:\n  gone:\n    index: ./gone.cdxj\n")
+    result = gateway(["export", "--config", "missing.yaml", "iana.org", "-o", "bad.wacz"], workdir)
+    assert result.returncode == 2
+    assert "bad config missing.yaml: collections.gone.index:" in result.stderr
     result = gateway(["export", "nothing.example.org", "-o", "bad.wacz"], workdir)
     assert result.returncode == 1
     assert "no captures of nothing.example.org" in result.stderr
