@@ -1,4 +1,4 @@
-"""The ``gateway`` command: serve | check-config | index | store | worker | jobs | token.
+"""The ``gateway`` command: serve | check-config | index | store | worker | jobs | token | export.
 
 Exit status: 0 success, 1 a command failed, 2 bad usage or a bad config
 (reported before anything binds a port).
@@ -528,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.commands.token import add_subcommands as add_token_subcommands
 
     add_token_subcommands(sub)
+    from gateway.commands.export import add_subcommands as add_export_subcommands
+
+    add_export_subcommands(sub)
     return parser
 
 

@@ -431,6 +431,17 @@ def _lookup_paths() -> dict[str, dict[str, Any]]:
             "get": _resource_get(),
             "post": _direct_post("the Resource API", "Resource API"),
         },
+        "/{coll}/export.wacz": {
+            "get": _op(
+                "WACZ export",
+                "An Index API query's captures with their WARC records (revisits with their "
+                "originals) as a WACZ 1.1.1 file, streamed. `fl`, `output` and "
+                "`resolveRevisits` are refused (400). See docs/wacz-export.md.",
+                [p for p in _COLL + _LOOKUP if p["$ref"].rsplit("/")[-1] not in ("fl", "output")],
+                _text("the WACZ (a ZIP file)", "application/zip", headers=_INDEX_HEADERS),
+                tag="Index API",
+            )
+        },
         "/{coll}/resource/postreq": {"post": postreq_resource},
         "/{coll}/postreq/resource": {"post": postreq_resource},
         "/{coll}/resource-post": {"post": postreq_resource},

@@ -38,7 +38,13 @@ from gateway.index.breaker import Breaker
 from gateway.index.eager import run_within
 from gateway.index.fuzzy import FUZZY_FIELD, FuzzyRules, Widened
 from gateway.index.group import IndexGroup, Lookup
-from gateway.loaders.base import LoadContext, LoadedRecord, ResourceLoader, WrappedRequest
+from gateway.loaders.base import (
+    FindOriginal,
+    LoadContext,
+    LoadedRecord,
+    ResourceLoader,
+    WrappedRequest,
+)
 
 __all__ = [
     "Collection",
@@ -47,6 +53,8 @@ __all__ = [
     "StepRecorder",
     "find_record",
     "fuzzy_lookup",
+    "load_capture",
+    "original_finder",
 ]
 
 logger = logging.getLogger(__name__)
@@ -533,3 +541,24 @@ async def _load_capture(
             f"{capture.filename or '-'!r}; configure 'resource:' for it"
         )
     return None
+
+
+def original_finder(step: Step) -> FindOriginal:
+    """``find_original`` for ``step``: its non-revisit captures of a URL with a payload
+    digest, closest to a time first, through ``step.index`` (what revisits are
+    resolved with, pywb ``load_cdx_for_dupe``)."""
+    return _OriginalFinder(step)
+
+
+async def load_capture(
+    step: Step, capture: CdxRecord, ctx: LoadContext
+) -> tuple[LoadedRecord | None, dict[str, str]]:
+    """Load this one ``capture`` with ``step``'s loaders, as :func:`find_record` loads each.
+
+    The same loaders in order, breakers and ``load_timeout_s``; no fuzzy
+    retry, no other capture, no recording. Returns the record (the caller
+    must ``aclose`` it) and ``{}``, or None and ``{capture: why}`` when no
+    loader could load it (the failure is never raised).
+    """
+    errors: dict[str, str] = {}
+    return await _load_capture(step, capture, ctx, errors, _Seen()), errors

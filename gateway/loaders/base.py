@@ -122,6 +122,12 @@ class LoadContext:
     ``gzip_member``: the client takes a gzip-encoded answer, so a loader
     that can should offer a record's stored gzip member
     (:attr:`LoadedRecord.stored_gzip`) rather than inflate it.
+    ``as_stored``: the record as archived, for a copy of the archive (the
+    WACZ export, :mod:`gateway.index.export`) rather than for replay: a
+    revisit is not resolved to its original (WARC 1.1 §6.7; the exporter
+    copies the original beside it) and a redirect to its own URL is not
+    refused. Loaders that get records already resolved from elsewhere (a
+    remote archive, the live web) give what they get.
     """
 
     request_url: str
@@ -129,6 +135,7 @@ class LoadContext:
     request: WrappedRequest = field(default_factory=WrappedRequest)
     extra_headers: Mapping[str, str] = field(default_factory=dict)
     gzip_member: bool = False
+    as_stored: bool = False
 
 
 class LoaderConfig(Protocol):

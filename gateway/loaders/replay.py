@@ -369,7 +369,9 @@ class ReplayLoader:
         raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers]
         headers = restore_archived_headers(raw, url)
         location = next((v for k, v in headers if k.lower() == "location"), None)
-        if is_self_redirect(ctx.request_url, capture, str(resp.status), location):
+        if not ctx.as_stored and is_self_redirect(
+            ctx.request_url, capture, str(resp.status), location
+        ):
             raise SelfRedirect(
                 f"{url}: HTTP {resp.status} redirects to the requested URL ({location}); "
                 "skipped to avoid a redirect loop"

@@ -26,6 +26,8 @@ Behaviour follows pywb's warcserver ``WARCPathLoader`` and ``ResolvingLoader``
   headers (the original's if the revisit has none) and the original's payload;
 - a 3xx capture (not 304) whose ``Location`` is the requested URL is refused
   with :class:`~gateway.errors.SelfRedirect` (pywb ``raise_on_self_redirect``);
+- with ``ctx.as_stored`` (the WACZ export) neither happens: a revisit is
+  served as stored, a redirect to itself too;
 - with ``ctx.gzip_member`` (``compress=gzip``), a record stored as its own
   gzip member and served exactly as stored (its re-serialized header blocks
   equal the stored bytes; not a resolved revisit, not ARC) also offers that
@@ -201,7 +203,7 @@ class WarcLoader:
         head = await self._open(capture.filename, offset, capture.length, ctx.gzip_member)
         payload = head
         try:
-            if capture.mime == "warc/revisit" or head.rec_type == "revisit":
+            if not ctx.as_stored and (capture.mime == "warc/revisit" or head.rec_type == "revisit"):
                 payload = await self._revisit_payload(capture, head, ctx)
             return self._assemble(capture, head, payload, ctx)
         except BaseException:
@@ -343,7 +345,8 @@ class WarcLoader:
         if payload.rec_type in _HTTP_RECORD_TYPES:
             http = head.record.http_headers or record.http_headers
             status = capture.status
-            if http and payload.rec_type != "request" and not status.startswith(("2", "4", "5")):
+            replayed = http and payload.rec_type != "request" and not ctx.as_stored
+            if replayed and not status.startswith(("2", "4", "5")):
                 location = http.get_header("Location")
                 if is_self_redirect(ctx.request_url, capture, http.get_statuscode(), location):
                     raise SelfRedirect(

@@ -245,6 +245,7 @@ def _api_routes() -> list[tuple[str, str, Handler]]:
         replay_page_handler,
         wabac_file_handler,
     )
+    from gateway.api.export import export_handler
     from gateway.api.index import ia_cdx_handler, index_handler
     from gateway.api.jobs import jobs_handler
     from gateway.api.memento import (
@@ -277,6 +278,7 @@ def _api_routes() -> list[tuple[str, str, Handler]]:
         ("GET", "/{coll}/index", index_handler),
         ("GET", "/{coll}/cdx", ia_cdx_handler),  # IA CDX server dialect
         ("GET", "/{coll}/resource", resource_handler),  # GET also answers HEAD
+        ("GET", "/{coll}/export.wacz", export_handler),  # a query's captures as a WACZ
         *POST_ROUTES,  # post-request API and direct POSTs
         # Memento (RFC 7089); GET also answers HEAD
         # ({url} takes any character, an encoded newline too: [\s\S], not .)

@@ -1,0 +1,69 @@
+"""The WACZ writer: entries front to back into a stream that cannot seek, read back whole."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from datetime import UTC, datetime
+
+import pytest
+
+from gateway.index.wacz_writer import WaczWriter
+
+
+def test_entries_written_in_pieces_read_back_with_their_hashes() -> None:
+    writer = WaczWriter(datetime(2014, 1, 26, 20, 6, 24, tzinfo=UTC))
+    out = io.BytesIO()
+    pieces = [b"first member ", b"x" * 100_000, b" last"]
+    writer.begin("archive/data.warc.gz")
+    offsets = []
+    for piece in pieces:
+        offsets.append(writer.entry_bytes)
+        writer.write(piece)
+        out.write(writer.take())  # handed on as it goes: nothing is kept
+        assert writer.pending_bytes == 0
+    writer.end()
+    writer.add("indexes/index.cdx", b"org,iana)/ 20140126200624 {}\n")
+    writer.finish({"software": "test"})
+    out.write(writer.take())
+    assert offsets == [0, 13, 100_013]
+    with zipfile.ZipFile(io.BytesIO(out.getvalue())) as archive:
+        assert archive.testzip() is None  # every CRC holds
+        warc = archive.getinfo("archive/data.warc.gz")
+        assert warc.compress_type == zipfile.ZIP_STORED
+        assert archive.getinfo("indexes/index.cdx").compress_type == zipfile.ZIP_DEFLATED
+        package = json.loads(archive.read("datapackage.json"))
+        digest = json.loads(archive.read("datapackage-digest.json"))
+        for resource in package["resources"]:
+            data = archive.read(resource["path"])
+            assert resource["hash"] == f"sha256:{hashlib.sha256(data).hexdigest()}"
+            assert resource["bytes"] == len(data)
+        assert archive.read("archive/data.warc.gz") == b"".join(pieces)
+        assert digest["hash"] == (
+            f"sha256:{hashlib.sha256(archive.read('datapackage.json')).hexdigest()}"
+        )
+    assert package["created"] == "2014-01-26T20:06:24Z"
+    assert (package["wacz_version"], package["software"]) == ("1.1.1", "test")
+    assert [r["name"] for r in package["resources"]] == ["data.warc.gz", "index.cdx"]
+
+
+def test_misuse_is_refused() -> None:
+    writer = WaczWriter()
+    with pytest.raises(ValueError, match="stored, not deflated"):
+        writer.begin("archive/data.warc.gz", deflate=True)
+    with pytest.raises(RuntimeError, match="no entry is open"):
+        writer.write(b"x")
+    writer.begin("archive/data.warc.gz")
+    with pytest.raises(RuntimeError, match="still open"):
+        writer.begin("indexes/index.cdx")
+
+
+def test_a_discarded_writer_keeps_nothing() -> None:
+    writer = WaczWriter()
+    writer.begin("archive/data.warc.gz")
+    writer.write(b"part of a record")
+    writer.discard()
+    assert writer.pending_bytes == 0
+    writer.discard()  # twice is harmless
