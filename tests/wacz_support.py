@@ -20,8 +20,10 @@ __all__ = ["build_wacz", "entry_data_offset", "flip_byte", "upload"]
 
 
 def build_wacz(warcs: Sequence[Path], out: Path) -> Path:
-    """``wacz create -o OUT WARC...`` (py-wacz: ZipNum index, pages, datapackage, digest)."""
-    command = [sys.executable, "-m", "wacz", "create", "-o", str(out), *map(str, warcs)]
+    """``wacz create --detect-pages -o OUT WARC...`` (py-wacz: ZipNum index, a page
+    per HTML capture in ``pages/pages.jsonl``, datapackage, datapackage digest)."""
+    command = [sys.executable, "-m", "wacz", "create", "--detect-pages", "-o", str(out)]
+    command += [str(warc) for warc in warcs]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, f"wacz create failed: {done.stderr}"
     assert out.is_file(), f"wacz create wrote no {out}: {done.stdout}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 from urllib.parse import quote
@@ -83,3 +84,30 @@ def test_a_wacz_and_a_directory_of_them_serve_as_the_docs_say(
         assert sources == {"many:sample.wacz", "many:copy.wacz"}
     finally:
         server.stop()
+
+
+def test_index_check_verifies_wacz_files_and_names_the_damaged_resource(
+    tmp_path: Path, sample_wacz: Path
+) -> None:
+    shutil.copyfile(sample_wacz, tmp_path / "good.wacz")
+    flip_byte(sample_wacz, "archive/iana.warc.gz", tmp_path / "bad.wacz")
+    good = gateway(["index", "--check", "good.wacz"], tmp_path)
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.startswith("good.wacz: ok, 5 resources verified and datapackage.json")
+    both = gateway(["index", "--check", "good.wacz", "bad.wacz"], tmp_path)
+    assert both.returncode == 1
+    assert "good.wacz: ok" in both.stdout
+    assert "WACZ bad.wacz: resource archive/iana.warc.gz: hash sha256:" in both.stderr
+
+
+def test_the_docs_check_command_runs_as_written(tmp_path: Path, sample_wacz: Path) -> None:
+    block = re.search(r"```sh\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
+    assert block is not None, "docs/wacz.md shows the check command"
+    command, _, said = block.group(1).strip().partition("#")
+    (tmp_path / "crawls").mkdir()
+    shutil.copyfile(sample_wacz, tmp_path / "crawls" / "sample.wacz")
+    argv = shlex.split(command)
+    assert argv[0] == "gateway"
+    done = gateway(argv[1:], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert said.strip().rstrip(".").strip() in done.stdout.replace("crawls/", "")
