@@ -48,9 +48,9 @@ from gateway.loaders.wacz_archive import WaczArchive, open_wacz
 from gateway.loaders.warc_sources import Location
 from gateway.missing_dirs import ensure_directory
 from gateway.paths import absolute_path
-from gateway.sources.base import IndexSource, SourceConfig
+from gateway.sources.base import IndexSource, Page, SourceConfig
 from gateway.sources.cdxj_scan import encode_key
-from gateway.sources.wacz_index import WaczIndex, load_index
+from gateway.sources.wacz_index import WaczIndex, load_index, read_pages
 
 __all__ = ["WaczSource", "WaczSourceConfig"]
 
@@ -119,6 +119,7 @@ class _Member:
     opening: asyncio.Task[WaczIndex] | None = None
     index: WaczIndex | None = None
     refused: ArchiveRefused | None = None
+    pages: list[Page] | None = None
 
 
 class WaczSource:
@@ -277,6 +278,29 @@ class WaczSource:
             logger.warning("%s: refused: %s", self.name, exc.message)
             raise
 
+    # ------------------------------------------------------------------ pages
+    async def pages(self, limit: int) -> tuple[list[Page], int]:
+        """Up to ``limit`` pages of every WACZ's ``pages/pages.jsonl``, by WACZ file
+        name then list order, and the total. A WACZ that cannot be opened or
+        read is left out (lookups report it)."""
+        found: list[Page] = []
+        total = 0
+        try:
+            members = self._current()
+        except SourceUnavailable:
+            return [], 0
+        for member in members:
+            try:
+                archive = (await self._opened(member)).archive
+                if member.pages is None:
+                    member.pages = await read_pages(archive)
+            except (SourceUnavailable, LoadError) as exc:
+                logger.info("%s: no pages from %s: %s", self.name, member.label, exc)
+                continue
+            total += len(member.pages)
+            found += member.pages[: max(0, limit - len(found))]
+        return found, total
+
     # ------------------------------------------------------------ the loader
     async def _archive(self, label: str) -> WaczArchive:
         member = self._members.get(label)
@@ -322,7 +346,7 @@ def _forget(member: _Member) -> None:
         member.opening.cancel()
     if member.index is not None:
         member.index.close()
-    member.opening = member.index = member.refused = None
+    member.opening = member.index = member.refused = member.pages = None
 
 
 def _remote_label(path: str) -> str:

@@ -28,14 +28,17 @@ from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from typing import Final
 
+from warcio.timeutils import iso_date_to_timestamp
+
 from gateway.cdx.cdxj import CdxFormatError, CdxRecord
 from gateway.cdx.cdxops import LocalScan, merge_sorted
 from gateway.errors import ArchiveRefused, LoadError, SourceBadAnswer, SourceUnavailable
 from gateway.loaders.wacz_archive import WaczArchive, ZipEntry, read_range
+from gateway.sources.base import Page
 from gateway.sources.cdxj_scan import CDX_HEADERS, GZIP_MAGIC, Handle, scan_file
 from gateway.sources.zipnum import SUMMARY_SUFFIXES, inflate_block, summary_lines
 
-__all__ = ["WaczIndex", "load_index"]
+__all__ = ["WaczIndex", "load_index", "parse_pages", "read_pages"]
 
 _PLAIN_SUFFIXES: Final = (".cdx", ".cdxj", ".cdx.gz", ".cdxj.gz")
 #: Adjacent blocks of a shard read in one range request (pywb's ``max_blocks``).
@@ -276,3 +279,44 @@ def _memory_handle(label: str, data: bytes) -> Handle:
         os.close(fd)
         raise
     return Handle(label, fd, (0, fd, 0, len(data)), data.startswith(GZIP_MAGIC))
+
+
+#: The page list of a WACZ (WACZ 1.1.1 §pages; ReplayWeb.page lists it).
+PAGES_ENTRY: Final = "pages/pages.jsonl"
+
+
+async def read_pages(archive: WaczArchive) -> list[Page]:
+    """The pages of ``archive``'s ``pages/pages.jsonl`` (none without one); LoadError."""
+    if PAGES_ENTRY not in archive.entries:
+        return []
+    return parse_pages(await archive.read_entry(PAGES_ENTRY), origin=archive.label)
+
+
+def parse_pages(data: bytes, *, origin: str) -> list[Page]:
+    """Pages of a ``json-pages-1.0`` list: a header line, then one JSON object per page
+    with ``url``, ``ts`` (ISO 8601 or 14 digits) and an optional ``title``. Lines
+    that are not such an object are skipped.
+
+    >>> header = b'{"format": "json-pages-1.0", "id": "pages"}\n'
+    >>> page = b'{"url": "http://a.org/", "ts": "2014-01-26T20:06:24Z"}'
+    >>> parse_pages(header + page, origin="x.wacz")
+    [Page(url='http://a.org/', title='', timestamp='20140126200624', origin='x.wacz')]
+    """
+    pages = []
+    for line in data.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict) or "format" in entry:
+            continue
+        url, ts = entry.get("url"), str(entry.get("ts", ""))
+        if not isinstance(url, str) or not url:
+            continue
+        try:
+            timestamp = ts if ts.isdigit() else iso_date_to_timestamp(ts)
+        except ValueError:
+            continue
+        title = entry.get("title")
+        pages.append(Page(url, title if isinstance(title, str) else "", timestamp, origin))
+    return pages
