@@ -297,7 +297,7 @@ def parse_pages(data: bytes, *, origin: str) -> list[Page]:
     with ``url``, ``ts`` (ISO 8601 or 14 digits) and an optional ``title``. Lines
     that are not such an object are skipped.
 
-    >>> header = b'{"format": "json-pages-1.0", "id": "pages"}\n'
+    >>> header = b'{"format": "json-pages-1.0", "id": "pages"}\\n'
     >>> page = b'{"url": "http://a.org/", "ts": "2014-01-26T20:06:24Z"}'
     >>> parse_pages(header + page, origin="x.wacz")
     [Page(url='http://a.org/', title='', timestamp='20140126200624', origin='x.wacz')]
