@@ -111,10 +111,50 @@ def test_index_check_verifies_wacz_files_and_names_the_damaged_resource(
     assert "WACZ bad.wacz: resource archive/iana.warc.gz: hash sha256:" in both.stderr
 
 
+def _blocks(kind: str) -> list[str]:
+    return re.findall(rf"```{kind}\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
+
+
+def test_store_add_of_a_wacz_imports_its_warcs_and_keeps_its_pages(
+    tmp_path: Path, sample_wacz: Path
+) -> None:
+    config = next(block for block in _blocks("yaml") if "$store" in block)
+    command = next(block for block in _blocks("sh") if "store add" in block).strip()
+    (tmp_path / "collections.yaml").write_text(config)
+    (tmp_path / "crawls").mkdir()
+    flip_byte(sample_wacz, "archive/iana.warc.gz", tmp_path / "crawls" / "sample.wacz")
+    argv = shlex.split(command)[1:]
+    refused = gateway(argv, tmp_path)
+    assert refused.returncode == 1
+    assert "WACZ sample.wacz: resource archive/iana.warc.gz: hash" in refused.stderr
+    assert "nothing was changed" in refused.stderr
+    assert not (tmp_path / "archive").exists()
+
+    shutil.copyfile(sample_wacz, tmp_path / "crawls" / "sample.wacz")
+    added = gateway(argv, tmp_path)
+    assert added.returncode == 0, added.stderr
+    assert "store add: 2 imported" in added.stdout
+    assert (tmp_path / "archive" / "store" / "pages" / "sample.jsonl").is_file()
+    server, port = serve(tmp_path)
+    try:
+        rows = _index(port, "stored", "example.com")
+        assert [(r["timestamp"], r["status"]) for r in rows] == [
+            ("20140103030321", "200"),
+            ("20140103030341", "200"),
+        ]
+        status, _, body = get(port, "/stored/")
+        assert status == 200
+        memento = "/stored/20140126200624id_/http://www.iana.org/"
+        assert f'<a class="memento" href="{memento}">http://www.iana.org/</a>' in body.decode()
+        status, _, body = get(port, memento)
+        assert status == 200, body[:300]
+    finally:
+        server.stop()
+
+
 def test_the_docs_check_command_runs_as_written(tmp_path: Path, sample_wacz: Path) -> None:
-    block = re.search(r"```sh\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
-    assert block is not None, "docs/wacz.md shows the check command"
-    command, _, said = block.group(1).strip().partition("#")
+    block = next(block for block in _blocks("sh") if "--check" in block)
+    command, _, said = block.strip().partition("#")
     (tmp_path / "crawls").mkdir()
     shutil.copyfile(sample_wacz, tmp_path / "crawls" / "sample.wacz")
     argv = shlex.split(command)
