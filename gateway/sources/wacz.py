@@ -186,7 +186,7 @@ class WaczSource:
         key, end = encode_key(query.key), encode_key(query.end_key)
         if key >= end:
             return
-        indexes = [await self._opened(member) for member in self._current()]
+        indexes = await asyncio.gather(*(self._opened(member) for member in self._current()))
         async for record in merge_sorted([index.lookup(key, end) for index in indexes]):
             yield record
 
@@ -256,14 +256,16 @@ class WaczSource:
             index = await asyncio.shield(task)
         except ArchiveRefused as exc:
             if member.opening is task:
-                member.refused, member.opening = exc, None
+                member.refused = exc  # until the file changes
             raise SourceUnavailable(self.name, exc.message) from exc
-        except LoadError as exc:
-            if member.opening is task:
-                member.opening = None  # not the file's fault: the next lookup tries again
+        except LoadError as exc:  # not the file's fault: the next lookup tries again
             raise SourceUnavailable(self.name, exc.message) from exc
-        if member.opening is task:
-            member.index, member.opening = index, None
+        finally:
+            ours = member.opening is task  # else the file changed meanwhile: forgotten
+            if ours and task.done():
+                member.opening = None  # an opening that failed otherwise is tried again
+        if ours:
+            member.index = index
         return index
 
     async def _open(self, member: _Member) -> WaczIndex:
