@@ -24,7 +24,7 @@ Integrity (:meth:`WaczArchive.verify`): every resource listed in
 ``datapackage.json`` must be in the ZIP, have its listed size and hash, and
 ``datapackage.json`` the hash in ``datapackage-digest.json``. It reads the
 whole file once; hashing runs in a worker thread. The signature of a signed
-WACZ is *not* verified (reported as present, see ``docs/wacz.md``).
+WACZ is verified with authsign when that optional package is installed.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import hashlib
 import json
 import os
 import struct
+import sys
 import zipfile
 import zlib
 from collections.abc import AsyncIterator, Callable
@@ -188,8 +189,9 @@ class WaczArchive:
         else:
             expected = str(self.digest.get("hash", ""))
             self._check_hash("datapackage.json", expected, [self.datapackage_bytes])
-            if self.digest.get("signedData"):
-                notes.append("signed: the signature is not verified (see docs/wacz.md)")
+            signed = self.digest.get("signedData")
+            if signed:
+                notes.append(await self._verify_signature(signed, expected))
         resources = self.datapackage.get("resources")
         if not isinstance(resources, list):
             raise ArchiveRefused(
@@ -224,6 +226,35 @@ class WaczArchive:
         got = f"{algorithm}:{hasher.hexdigest()}"
         if got != expected:
             raise self._mismatch(path, f"hash {got}, datapackage.json says {expected}")
+
+    async def _verify_signature(self, signed: object, expected: str) -> str:
+        """Verify ``signedData`` with authsign (Webrecorder's verifier, the one py-wacz's
+        ``validate --verify-auth`` runs; optional); returns the note to report.
+
+        Raises :class:`ArchiveRefused` when the signature does not sign this
+        datapackage or authsign rejects it. Without authsign, or under
+        ``python -O`` (authsign's checks are ``assert`` statements), the
+        signature is reported as not verified.
+        """
+        if not isinstance(signed, dict) or signed.get("hash") != expected:
+            raise self._mismatch("datapackage-digest.json", "signedData signs another hash")
+        try:
+            from authsign.verifier import Verifier
+        except ImportError:
+            return (
+                "signed; the signature is not verified: install the optional authsign "
+                "package (pip install 'archive-gateway[wacz-signing]')"
+            )
+        if sys.flags.optimize:
+            return "signed; the signature is not verified under python -O (authsign asserts)"
+        try:
+            verified = await asyncio.to_thread(Verifier(), signed)
+        except (AssertionError, ValueError, TypeError, KeyError) as exc:
+            reason = str(exc) or type(exc).__name__
+            problem = f"signature rejected ({reason})"
+            raise self._mismatch("datapackage-digest.json", problem) from exc
+        observer = getattr(verified, "observer", "?")
+        return f"signature verified: signed by {observer} at {getattr(verified, 'timestamp', '?')}"
 
     def _check_hash(self, path: str, expected: str, chunks: list[bytes]) -> None:
         algorithm = _algorithm(expected)

@@ -236,3 +236,35 @@ async def test_a_file_that_is_not_a_zip_is_refused(tmp_path: Path, clients: Shar
             await _everything(source)
     finally:
         await source.aclose()
+
+
+SIGNED = Path(__file__).resolve().parents[1] / "data" / "wacz"
+
+
+async def test_a_signed_wacz_is_verified_with_authsign(clients: SharedClients) -> None:
+    from gateway.loaders.wacz_archive import open_wacz
+
+    def no_session() -> object:
+        raise AssertionError("a local file needs no session")
+
+    path = str(SIGNED / "valid_signed_example_1.wacz")
+    archive = await open_wacz(path, label="signed.wacz", session=no_session)  # type: ignore[arg-type]
+    notes = await archive.verify()
+    assert notes == [
+        "signature verified: signed by btrix-sign-test.webrecorder.net at 2022-01-18T19:00:12Z"
+    ]
+    source = _source(path, clients)
+    try:
+        assert await _everything(source)
+    finally:
+        await source.aclose()
+
+
+async def test_a_wacz_whose_signature_fails_is_refused(clients: SharedClients) -> None:
+    source = _source(str(SIGNED / "invalid_signed_example_1.wacz"), clients)
+    try:
+        rejected = r"datapackage-digest\.json: signature rejected"
+        with pytest.raises(SourceUnavailable, match=rejected):
+            await _everything(source)
+    finally:
+        await source.aclose()
