@@ -90,7 +90,8 @@ class _WaczResolver:
 
     async def locate(self, filename: str) -> list[Location]:
         check_filename(filename)
-        name = f"archive/{filename}"
+        # py-wacz writes the name inside archive/; some writers include the folder.
+        name = filename if filename.startswith("archive/") else f"archive/{filename}"
         preferred = _PREFERRED.get()
         candidates = [] if preferred is None else [preferred]
         candidates += [a for a in self._archives().values() if a is not preferred]

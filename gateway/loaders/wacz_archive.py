@@ -140,7 +140,8 @@ class WaczArchive:
         return b"".join(parts)
 
     async def iter_entry(self, entry: ZipEntry) -> AsyncIterator[bytes]:
-        """The content of ``entry`` in chunks, inflated when it is deflated."""
+        """The content of ``entry`` in chunks of up to 1 MiB, inflated when it is
+        deflated; a local file is read in a worker thread, never on the event loop."""
         if not (entry.stored or entry.deflated):
             raise ArchiveRefused(
                 f"WACZ {self.label}: entry {entry.name!r} uses a ZIP compression other than "
@@ -152,8 +153,13 @@ class WaczArchive:
         raw = await open_source(self.location, start, entry.compressed_size, self.session)
         try:
             left = entry.compressed_size
+            blocking = raw.read_blocking  # a local file: read in a worker thread
             while left > 0:
-                chunk = await raw.read(min(_CHUNK_BYTES, left))
+                size = min(_CHUNK_BYTES, left)
+                if blocking is not None:
+                    chunk = await asyncio.to_thread(blocking, size)
+                else:
+                    chunk = await raw.read(size)
                 if not chunk:
                     raise ArchiveRefused(
                         f"WACZ {self.label}: entry {entry.name!r} is cut short",

@@ -187,10 +187,13 @@ async def test_a_server_ignoring_range_is_named_as_the_problem(
         await source.aclose()
 
 
-def _plain_wacz(sample_dir: Path, out: Path) -> Path:
-    """A WACZ with a plain CDXJ index (not ZipNum), written with zipfile as the spec says."""
+def _plain_wacz(sample_dir: Path, out: Path, folder_in_filename: bool = False) -> Path:
+    """A WACZ with a plain CDXJ index (not ZipNum), written with zipfile as the spec says;
+    its CDX ``filename`` values with ``archive/`` in front when ``folder_in_filename``."""
     warc = (sample_dir / "warcs" / "example.warc.gz").read_bytes()
     cdxj = (sample_dir / "cdxj" / "example.cdxj").read_bytes()
+    if folder_in_filename:
+        cdxj = cdxj.replace(b'"filename": "', b'"filename": "archive/')
     entries = {"archive/example.warc.gz": warc, "indexes/index.cdxj": cdxj}
     resources = [
         {"name": name.rsplit("/", 1)[1], "path": name, "bytes": len(data),
@@ -224,6 +227,20 @@ async def test_a_plain_cdxj_index_is_searched_as_a_cdxj_file(
         revisit = next(r for r in records if r.is_revisit)
         served = await _bytes(source.resource_loaders()[0], revisit, records)
         assert b"WARC-Refers-To-Target-URI" in served  # resolved from its original
+    finally:
+        await source.aclose()
+
+
+async def test_a_filename_that_names_the_archive_folder_loads_too(
+    sample_dir: Path, tmp_path: Path, clients: SharedClients
+) -> None:
+    wacz = _plain_wacz(sample_dir, tmp_path / "folder.wacz", folder_in_filename=True)
+    source = _source(str(wacz), clients)
+    try:
+        records = await _everything(source)
+        assert records[0].filename == "archive/example.warc.gz"
+        served = await _bytes(source.resource_loaders()[0], records[0], records)
+        assert served.startswith(b"WARC/1.0\r\nWARC-Type: response\r\n")
     finally:
         await source.aclose()
 
