@@ -9,6 +9,7 @@ and a WACZ over HTTP is read with range requests only.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -285,3 +286,25 @@ async def test_a_wacz_whose_signature_fails_is_refused(clients: SharedClients) -
             await _everything(source)
     finally:
         await source.aclose()
+
+
+async def test_concurrent_first_lookups_share_one_opening(
+    sample_wacz: Path, aiohttp_server: AiohttpServer, clients: SharedClients
+) -> None:
+    seen: list[str | None] = []
+    server = await aiohttp_server(_range_server(sample_wacz.parent, seen), host="127.0.0.1")
+    url = f"wacz+{server.make_url('/files/sample.wacz')}"
+    alone = _source(url, clients)
+    together = _source(url, clients)
+    try:
+        await _everything(alone)
+        one_opening = len(seen)
+        seen.clear()
+        answers = await asyncio.gather(*(_everything(together) for _ in range(5)))
+        assert {len(answer) for answer in answers} == {174}
+        # One opening (the size, the tail, the entries, the whole file hashed), then
+        # each lookup's own range read of its one index block: 4 more than one lookup.
+        assert len(seen) == one_opening + 4
+    finally:
+        await alone.aclose()
+        await together.aclose()
