@@ -308,3 +308,26 @@ async def test_concurrent_first_lookups_share_one_opening(
     finally:
         await alone.aclose()
         await together.aclose()
+
+
+async def test_a_central_directory_past_the_first_read_is_fetched_too(
+    sample_wacz: Path, tmp_path: Path, clients: SharedClients
+) -> None:
+    # 2,000 more entries (logs/) make the ZIP directory longer than the 64 KiB read
+    # first from the end of the file: the reader fetches from the directory's start.
+    crowded = tmp_path / "crowded.wacz"
+    shutil.copyfile(sample_wacz, crowded)
+    with zipfile.ZipFile(crowded, "a") as zf:
+        for number in range(2000):
+            zf.writestr(f"logs/a-rather-long-log-file-name-number-{number:05}.log", b"")
+    with zipfile.ZipFile(crowded) as zf:
+        directory_bytes = sum(
+            46 + len(info.filename.encode()) + len(info.extra) + len(info.comment)
+            for info in zf.infolist()
+        )  # the size of the central directory's file headers (APPNOTE 4.3.12)
+    assert directory_bytes > 2 * 64 * 1024
+    source = _source(str(crowded), clients)
+    try:
+        assert len(await _everything(source)) == 174
+    finally:
+        await source.aclose()
