@@ -154,6 +154,7 @@ class WaczArchive:
         try:
             left = entry.compressed_size
             blocking = raw.read_blocking  # a local file: read in a worker thread
+            produced = 0
             while left > 0:
                 size = min(_CHUNK_BYTES, left)
                 if blocking is not None:
@@ -169,15 +170,22 @@ class WaczArchive:
                 if inflater is None:
                     yield chunk
                     continue
+                room = entry.size - produced
                 try:
-                    yield inflater.decompress(chunk)
+                    out = inflater.decompress(chunk, room + 1)  # never past the stated size
                 except zlib.error as exc:
                     raise ArchiveRefused(
                         f"WACZ {self.label}: entry {entry.name!r} does not inflate ({exc})",
                         {self.label: f"{entry.name}: corrupt"},
                     ) from exc
-            if inflater is not None:
-                yield inflater.flush()
+                if len(out) > room:
+                    raise ArchiveRefused(
+                        f"WACZ {self.label}: entry {entry.name!r} inflates past the "
+                        f"{entry.size} bytes its ZIP header states",
+                        {self.label: f"{entry.name}: inflates past its size"},
+                    )
+                produced += len(out)
+                yield out
         finally:
             raw.close()
 

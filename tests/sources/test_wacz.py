@@ -331,3 +331,30 @@ async def test_a_central_directory_past_the_first_read_is_fetched_too(
         assert len(await _everything(source)) == 174
     finally:
         await source.aclose()
+
+
+def _understated(wacz: Path, name: str, size: int, out: Path) -> Path:
+    """A copy of ``wacz`` whose central directory states ``size`` bytes for entry ``name``."""
+    data = bytearray(wacz.read_bytes())
+    central = data.find(b"PK\x01\x02")  # each central directory file header (APPNOTE 4.3.12)
+    while central >= 0:
+        name_length = int.from_bytes(data[central + 28 : central + 30], "little")
+        if data[central + 46 : central + 46 + name_length] == name.encode():
+            data[central + 24 : central + 28] = size.to_bytes(4, "little")
+        central = data.find(b"PK\x01\x02", central + 4)
+    out.write_bytes(bytes(data))
+    return out
+
+
+async def test_an_entry_that_inflates_past_its_stated_size_is_refused(
+    sample_wacz: Path, tmp_path: Path, clients: SharedClients
+) -> None:
+    # The central directory says datapackage.json is 10 bytes; it inflates to more
+    # (as a deflate bomb would): the reader stops at the stated size.
+    bomb = _understated(sample_wacz, "datapackage.json", 10, tmp_path / "bomb.wacz")
+    source = _source(str(bomb), clients)
+    try:
+        with pytest.raises(SourceUnavailable, match="inflates past the 10 bytes"):
+            await _everything(source)
+    finally:
+        await source.aclose()
