@@ -10,6 +10,7 @@ resource loader at once: the source searches its ``indexes/``
     index: wacz+collections/wacz/                     # every *.wacz in a directory
     index: wacz+https://example.org/crawl.wacz        # HTTP(S), read with Range requests
     index: wacz+s3+http://127.0.0.1:8333/bucket/crawl.wacz   # an object on S3
+    index: wacz+storage:backup/crawls/crawl.wacz      # an object on a storage of the store
 
 A WACZ is opened by the first lookup that needs it: its ZIP directory and
 ``datapackage.json`` are read, every resource's digest is verified (the whole
@@ -41,8 +42,9 @@ from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.cdxops import merge_sorted
 from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
-from gateway.errors import ArchiveRefused, LoadError, SourceUnavailable
+from gateway.errors import ArchiveRefused, ArchiveUnavailable, LoadError, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
+from gateway.loaders.storage_object import STORAGE_PREFIX, StorageObject
 from gateway.loaders.wacz import WaczLoader
 from gateway.loaders.wacz_archive import WaczArchive, open_wacz
 from gateway.loaders.warc_sources import Location
@@ -57,7 +59,7 @@ __all__ = ["WaczSource", "WaczSourceConfig"]
 logger = logging.getLogger(__name__)
 
 _PREFIX: Final = "wacz+"
-_REMOTE: Final = ("http://", "https://", "s3://", "s3+http://", "s3+https://")
+_REMOTE: Final = ("http://", "https://", "s3://", "s3+http://", "s3+https://", STORAGE_PREFIX)
 #: A file name taken as a WACZ in a directory, and as a WACZ path in a shorthand.
 WACZ_SUFFIX: Final = ".wacz"
 
@@ -67,7 +69,8 @@ class WaczSourceConfig:
     """``path``: a local ``.wacz`` file or a directory of them (made absolute at
     load, :mod:`gateway.paths`), an ``http(s)://`` URL, or an S3 object
     ``s3://BUCKET/KEY`` / ``s3+http(s)://HOST:PORT/BUCKET/KEY`` (credentials
-    from the environment, as the S3 resolver reads them).
+    from the environment, as the S3 resolver reads them), or an object of a
+    storage of the store, ``storage:NAME/KEY``.
     ``stat_interval_s``: how often a lookup checks whether local files or the
     directory changed. ``verify``: check the datapackage digests when a
     WACZ is opened (default true).
@@ -103,8 +106,8 @@ class WaczSourceConfig:
             path = path[len("file://") :]
         if "://" in path and not path.startswith(_REMOTE):
             raise ValueError(
-                f"{text!r}: expected wacz+PATH, wacz+https://HOST/FILE.wacz or "
-                "wacz+s3://BUCKET/KEY.wacz"
+                f"{text!r}: expected wacz+PATH, wacz+https://HOST/FILE.wacz, "
+                "wacz+s3://BUCKET/KEY.wacz or wacz+storage:NAME/KEY.wacz"
             )
         return cls(path=path)
 
@@ -306,6 +309,11 @@ class WaczSource:
     # ------------------------------------------------------------ the loader
     async def _archive(self, label: str) -> WaczArchive:
         member = self._members.get(label)
+        if member is None:  # not listed yet (a capture found before, or elsewhere)
+            try:
+                member = next((m for m in self._current() if m.label == label), None)
+            except SourceUnavailable as exc:
+                raise ArchiveUnavailable(exc.reason, {label: exc.reason}) from exc
         if member is None:
             raise ArchiveRefused(
                 f"{self.name}: no WACZ {label!r} (removed since it was searched?)",
@@ -356,9 +364,12 @@ def _remote_label(path: str) -> str:
 
 
 def _remote_location(path: str, clients: SharedClients) -> Location:
-    """A URL as it is; an S3 object as a range location of the S3 resolver."""
+    """A URL as it is; an S3 object as a range location of the S3 resolver; an
+    object of a storage of the store as a :class:`StorageObject`."""
     if path.startswith(("http://", "https://")):
         return path
+    if path.startswith(STORAGE_PREFIX):
+        return StorageObject(path, clients)
     from gateway.loaders.s3_resolver import S3Resolver, S3ResolverConfig
 
     head, _, key = path.rpartition("/")

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import uuid
 import zipfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -29,6 +30,11 @@ from gateway.errors import LoadError, SourceUnavailable
 from gateway.loaders.base import LoadContext, LoadedRecord, ResourceLoader
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.sources.wacz import WaczSource, WaczSourceConfig
+from gateway.storage.base import Storage
+from gateway.storage.local import LocalStorageConfig
+from gateway.storage.s3_config import S3StorageConfig
+from gateway.storage.settings import StorageSpec
+from gateway.store import Store, StoreSettings
 from tests.loaders.conftest import make_finder
 from tests.wacz_support import flip_byte
 
@@ -358,3 +364,51 @@ async def test_an_entry_that_inflates_past_its_stated_size_is_refused(
             await _everything(source)
     finally:
         await source.aclose()
+
+
+async def _put(storage: Storage, data: bytes, name: str) -> None:
+    async def one() -> AsyncIterator[bytes]:
+        yield data
+
+    await storage.put(name, one(), size=len(data), sha256=hashlib.sha256(data).hexdigest())
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+async def test_a_wacz_on_a_storage_of_the_store_is_read_in_place(
+    kind: str,
+    sample_wacz: Path,
+    tmp_path: Path,
+    clients: SharedClients,
+    request: pytest.FixtureRequest,
+) -> None:
+    config: object
+    if kind == "local":
+        (tmp_path / "backup").mkdir()
+        config = LocalStorageConfig(path=str(tmp_path / "backup"))
+    else:
+        s3 = request.getfixturevalue("s3_env")
+        bucket = request.getfixturevalue("wacz_bucket")
+        config = S3StorageConfig(bucket=bucket, endpoint=s3.endpoint, prefix=f"{uuid.uuid4().hex}/")
+    spec = StorageSpec(type=kind, config=config, path="store.storages.backup")
+    settings = StoreSettings(root=str(tmp_path / "store"), fsync="never", storages={"backup": spec})
+    store = await Store.open(settings)
+    clients.store = store
+    source = _source("wacz+storage:backup/crawls/sample.wacz", clients)
+    try:
+        with pytest.raises(SourceUnavailable, match=r"storage:backup/crawls/sample\.wacz"):
+            await _everything(source)  # not there yet
+        data = await asyncio.to_thread(sample_wacz.read_bytes)
+        await _put(await store.replicas.storage("backup"), data, "crawls/sample.wacz")
+        records = await _everything(source)
+        assert len(records) == 174
+        capture = next(r for r in records if r.url == "http://www.iana.org/")
+        local = _source(str(sample_wacz), clients)
+        try:
+            served = await _bytes(source.resource_loaders()[0], capture, records)
+            assert served == await _bytes(local.resource_loaders()[0], capture, records)
+        finally:
+            await local.aclose()
+    finally:
+        await source.aclose()
+        clients.store = None
+        await store.close()
