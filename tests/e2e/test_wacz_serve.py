@@ -8,12 +8,19 @@ what a user asks: index lines, a record, a WACZ copied in later, a damaged one.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import shlex
 import shutil
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
+
+from aiohttp import web
 
 from tests.e2e.support import gateway, get, serve, until
 from tests.wacz_support import flip_byte
@@ -162,3 +169,51 @@ def test_the_docs_check_command_runs_as_written(tmp_path: Path, sample_wacz: Pat
     done = gateway(argv[1:], tmp_path)
     assert done.returncode == 0, done.stderr
     assert said.strip().rstrip(".").strip() in done.stdout.replace("crawls/", "")
+
+
+@contextlib.contextmanager
+def _file_server(folder: Path) -> Iterator[int]:
+    """An aiohttp static file server (it answers ``Range`` with 206) on 127.0.0.1, in a
+    thread, standing in for a web server that holds WACZ files; yields its port."""
+    ready = threading.Event()
+    state: dict[str, Any] = {}
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_static("/", folder)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        state.update(port=runner.addresses[0][1], loop=asyncio.get_running_loop())
+        state["stop"] = asyncio.Event()
+        ready.set()
+        try:
+            await state["stop"].wait()
+        finally:
+            await runner.cleanup()
+
+    thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+    thread.start()
+    assert ready.wait(30), "the file server did not start"
+    try:
+        yield int(state["port"])
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(30)
+
+
+def test_a_wacz_on_a_web_server_is_served_through_range_requests(
+    tmp_path: Path, sample_wacz: Path
+) -> None:
+    with _file_server(sample_wacz.parent) as files:
+        config = f"collections:\n  remote:\n    index: wacz+http://127.0.0.1:{files}/sample.wacz\n"
+        (tmp_path / "collections.yaml").write_text(config)
+        server, port = serve(tmp_path)
+        try:
+            rows = _index(port, "remote", "example.com")
+            assert [r["timestamp"] for r in rows] == ["20140103030321", "20140103030341"]
+            status, headers, body = get(port, "/remote/resource?url=http://www.iana.org/")
+            assert status == 200, body[:300]
+            assert headers["memento-datetime"] == "Sun, 26 Jan 2014 20:06:24 GMT"
+        finally:
+            server.stop()
