@@ -347,6 +347,11 @@ def _index(args: argparse.Namespace) -> int:
     """
     from pathlib import Path
 
+    if args.check:
+        from gateway.commands.wacz_check import check_wacz_files
+
+        return check_wacz_files(args.warcs)
+
     from gateway.index.indexer import IndexReport, archive_files, index_archives
     from gateway.progress import progress_bar
 
@@ -506,8 +511,17 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", nargs="?", default=DEFAULT_CONFIG)
     check.set_defaults(run=_check_config)
 
-    index = sub.add_parser("index", help="write a sorted CDXJ index of WARC/ARC files")
-    index.add_argument("warcs", nargs="+", metavar="WARC", help="WARC or ARC files")
+    index = sub.add_parser(
+        "index", help="write a sorted CDXJ index of WARC/ARC files; --check: verify WACZ files"
+    )
+    index.add_argument(
+        "warcs", nargs="+", metavar="WARC", help="WARC or ARC files (WACZ files with --check)"
+    )
+    index.add_argument(
+        "--check",
+        action="store_true",
+        help="verify WACZ files (ZIP, datapackage digests, indexes) instead; nothing written",
+    )
     index.add_argument("-o", "--output", help="output file (default: standard output)")
     add_progress_argument(index)
     index.add_argument(

@@ -18,6 +18,8 @@
     ├── JobsUnavailable               503  the jobs database cannot be read (/_jobs)
     └── LoadError                     404  one capture could not be loaded
         ├── ArchiveFileNotFound            ... no configured prefix holds the file
+        ├── ArchiveRefused                 ... a package failed its checks (a WACZ whose
+        │                                      digests differ, no datapackage): not served
         ├── ArchiveUnavailable             ... I/O failed: HTTP 5xx, refused, read error
         │   ├── PlaceUnreachable           ... the storage, replica, path index or HTTP
         │   │                                  prefix was not reached (refused, reset,
@@ -53,6 +55,7 @@ from collections.abc import Mapping
 __all__ = [
     "AllSourcesFailed",
     "ArchiveFileNotFound",
+    "ArchiveRefused",
     "ArchiveUnavailable",
     "BadRequest",
     "CapturesUnavailable",
@@ -233,6 +236,11 @@ class LoadError(GatewayError):
 
 class ArchiveFileNotFound(LoadError):
     """No configured resource prefix or path index holds the CDX ``filename``."""
+
+
+class ArchiveRefused(LoadError):
+    """A package holding records failed its own checks (a WACZ whose ZIP, datapackage
+    or resource digests are wrong, WACZ 1.1.1): none of it is served."""
 
 
 class ArchiveUnavailable(LoadError):

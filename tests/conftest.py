@@ -177,6 +177,23 @@ def sample_dir() -> Path:
     return SAMPLE_DIR.resolve()
 
 
+#: The sample WARCs the shared WACZ packs: the contract suites' captures.
+SAMPLE_WACZ_WARCS: Final = ("iana.warc.gz", "example.warc.gz")
+
+
+@pytest.fixture(scope="session")
+def sample_wacz(sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A WACZ built by py-wacz (``wacz create``) from the sample's iana and example WARCs.
+
+    Its index holds the lines of ``cdxj/iana.cdxj`` and ``cdxj/example.cdxj``
+    with ``sha1:`` digests (cdxj-indexer's spelling). Read-only: copy it to change it.
+    """
+    from tests.wacz_support import build_wacz
+
+    warcs = [sample_dir / "warcs" / name for name in SAMPLE_WACZ_WARCS]
+    return build_wacz(warcs, tmp_path_factory.mktemp("wacz") / "sample.wacz")
+
+
 # -- running a server -------------------------------------------------------------
 
 
@@ -468,6 +485,13 @@ def run_seaweedfs(workdir: Path, buckets: Sequence[str] = ()) -> Iterator[Seawee
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def wacz_bucket(seaweedfs: SeaweedFS) -> str:
+    """A bucket for WACZ files read in place from S3, created once per session."""
+    run_in_thread(seaweedfs.create_bucket("wacz"))
+    return "wacz"
 
 
 @pytest.fixture

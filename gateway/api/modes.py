@@ -7,7 +7,8 @@ route takes, ``{"modes": ["list_sources", "index", "resource"]}``, as pywb's
 member of every step, in config order, named as the index API's ``source``
 field names it, with pywb's names for their kinds (``file``, ``file_dir``
 for a directory, ``zipnum``, ``redis``, ``redis-multikey`` for a key
-template, ``cdx``, ``memento``, ``live``; ``store`` for the snapshot store).
+template, ``cdx``, ``memento``, ``live``; ``store`` for the snapshot store,
+``wacz`` for WACZ files).
 """
 
 from __future__ import annotations

@@ -397,7 +397,7 @@ def _collection_paths() -> dict[str, dict[str, Any]]:
                 "A collection's index sources (pywb warcserver)",
                 "`{sources: {member: kind}}`: every index member of every step, in config "
                 "order, with pywb's names for their kinds (`file`, `file_dir`, `zipnum`, "
-                "`redis`, `redis-multikey`, `cdx`, `memento`, `live`; `store`).",
+                "`redis`, `redis-multikey`, `cdx`, `memento`, `live`; `store`, `wacz`).",
                 list(_COLL),
                 {"description": "the sources", "content": _JSON_OBJECT},
                 (404,),

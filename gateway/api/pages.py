@@ -8,7 +8,10 @@ ask for ``text/html`` (browsers) and the JSON description to everyone else
 ``GET /{coll}/`` is a collection's page, pywb's collection search page
 (``/{coll}/``) and query page (``/{coll}/*/{url}``) in one:
 
-- without ``url``: the search form;
+- without ``url``: the search form, and the pages its WACZ members list in
+  their ``pages/pages.jsonl`` (title, URL, time, as ReplayWeb.page lists
+  them; the first :data:`MAX_LISTED_PAGES`), each title linking to the raw
+  memento of the page at its time, each URL to its calendar;
 - ``?url=U``: the captures of ``U`` (an exact lookup, fuzzy matching as in
   the Index API) as a calendar in the manner of the Wayback Machine: the
   years with their counts, the twelve months of the selected ``year``
@@ -50,6 +53,7 @@ from gateway.api.common import collection_for
 from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, SHOW_PATHS
 from gateway.cdx.query import parse_query
 from gateway.errors import BadRequest, GatewayError
+from gateway.sources.base import PageList
 
 if TYPE_CHECKING:
     import jinja2
@@ -69,6 +73,8 @@ __all__ = [
 
 #: At most this many captures of one URL (or URLs under a prefix) are read for a page.
 MAX_PAGE_CAPTURES: Final = 10_000
+#: At most this many entries of the collection's page lists (WACZ pages.jsonl) are shown.
+MAX_LISTED_PAGES: Final = 1_000
 _YEAR = re.compile(r"\d{4}")
 _DAY = re.compile(r"\d{8}")
 _MONTHS: Final = tuple(calendar.month_name[1:])
@@ -236,7 +242,8 @@ async def collection_page(request: web.Request) -> web.Response:
     replay = request.app[CONFIG].replay.enabled
     context: dict[str, object] = {"coll": name, "url": url, "sources": sources, "replay": replay}
     if not url:
-        return render_page("collection.html", **context)
+        pages, total = await _page_list(collection)
+        return render_page("collection.html", **context, pages=pages, pages_total=total)
     try:
         captures = await _captures(collection, url)
         if "*" in url:
@@ -251,6 +258,45 @@ async def collection_page(request: web.Request) -> web.Response:
         context["error"] = _page_error(exc, show_paths)
         return render_page("collection.html", exc.status, **context)
     return render_page("collection.html", **context)
+
+
+async def _page_list(collection: Collection) -> tuple[list[_ListedPage], int]:
+    """Up to :data:`MAX_LISTED_PAGES` pages of the members that carry a list of pages
+    (WACZ ``pages/pages.jsonl``), in step and member order, and how many there are.
+
+    Each member gets its step's timeout (opening a WACZ verifies it first); one
+    that does not answer in time is left out.
+    """
+    listed: list[_ListedPage] = []
+    total = 0
+    for step in collection.steps:
+        for member in step.index.members:
+            if not isinstance(member, PageList):
+                continue
+            try:
+                async with asyncio.timeout(step.index.timeout_s):
+                    pages, count = await member.pages(MAX_LISTED_PAGES - len(listed))
+            except TimeoutError:
+                continue
+            total += count
+            listed += [
+                _ListedPage(p.url, p.title, p.timestamp, f"{member.name}:{p.origin}") for p in pages
+            ]
+    return listed, total
+
+
+@dataclass(frozen=True, slots=True)
+class _ListedPage:
+    url: str
+    title: str
+    timestamp: str
+    source: str
+
+    @property
+    def when(self) -> str:
+        """``2014-01-26 20:06:24`` (UTC)."""
+        t = self.timestamp.ljust(14, "0")
+        return f"{t[:4]}-{t[4:6]}-{t[6:8]} {t[8:10]}:{t[10:12]}:{t[12:14]}"
 
 
 async def _captures(collection: Collection, url: str) -> list[_Capture]:

@@ -2,7 +2,8 @@
 
 ::
 
-    gateway store add [--root DIR | --config FILE] [--progress | --no-progress] [--no-wait] WARC...
+    gateway store add [--root DIR | --config FILE] [--progress | --no-progress] [--no-wait]
+                      WARC|WACZ...
     gateway store history [--root DIR | --config FILE] URL
                           [--at TS | --from TS --to TS | --latest | --all] [--output cdxj|json]
     gateway store check [--root DIR | --config FILE] [--progress | --no-progress]
@@ -128,13 +129,24 @@ def _jobs_settings(args: argparse.Namespace) -> JobsSettings:
 
 
 def _cmd_add(args: argparse.Namespace) -> int:
+    """``store add``: WARC files as they are, WACZ files verified and staged first,
+    their page lists kept once imported (:mod:`gateway.commands.store_wacz`)."""
+    from gateway.commands.store_wacz import add_with_waczs
+
+    settings = _settings(args)
+
+    def add(sources: list[Path]) -> int:
+        return _add_files(args, settings, sources)
+
+    return add_with_waczs(args.warcs, Path(settings.root), no_wait=args.no_wait, add=add)
+
+
+def _add_files(args: argparse.Namespace, settings: StoreSettings, sources: list[Path]) -> int:
     import asyncio
 
     from gateway.progress import progress_bar
     from gateway.store.online_import import Settled, add_files
 
-    settings = _settings(args)
-    sources = [Path(name).absolute() for name in args.warcs]
     # Verification reads each file three times (framing, warcio's digests, SHA-256).
     total = 3 * sum(p.stat().st_size for p in sources if p.is_file())
     waiting_for: set[tuple[int, str]] = set()
@@ -407,12 +419,17 @@ def add_store_commands(
 def _register_add(leaves: _Leaves, settings_loader: SettingsLoader | None) -> None:
     """``store add``: import WARC/ARC files."""
     add = leaves.add_parser(
-        "add", help="import WARC/ARC files (verify with warcio, copy, index); beside a gateway too"
+        "add",
+        help="import WARC/ARC files (verify with warcio, copy, index), or a WACZ's WARCs and "
+        "its pages; beside a gateway too",
     )
     _common(add, settings_loader)
     add_progress_argument(add)
     add.add_argument(
-        "warcs", nargs="+", metavar="WARC", help=".warc, .warc.gz, .arc or .arc.gz files"
+        "warcs",
+        nargs="+",
+        metavar="WARC",
+        help=".warc, .warc.gz, .arc or .arc.gz files, or .wacz files (verified first)",
     )
     add.add_argument(
         "--no-wait",

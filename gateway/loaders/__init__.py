@@ -19,6 +19,9 @@ suite (``tests/loaders/test_contract.py``) runs over every one.
 ``store``
     :class:`~gateway.loaders.store.StoreRecordLoader`: a ``$store``
     capture read from the snapshot store's ``warcs/`` directory.
+``wacz``
+    :class:`~gateway.loaders.wacz.WaczLoader`: a WACZ source's capture
+    range-read from the WACZ's ``archive/`` entry.
 """
 
 from __future__ import annotations
@@ -38,5 +41,6 @@ LOADER_TYPES: Final = LazyRegistry[type[ResourceLoader]](
         "replay": "gateway.loaders.replay:ReplayLoader",
         "live": "gateway.loaders.live:LiveLoader",
         "store": "gateway.loaders.store:StoreRecordLoader",
+        "wacz": "gateway.loaders.wacz:WaczLoader",
     }
 )

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Final, Self
 
 from gateway.clients import SharedClients
-from gateway.loaders.warc_sources import Location
+from gateway.errors import ArchiveFileNotFound
+from gateway.loaders.warc_sources import Location, RangeLocationWithSize
 from gateway.storage.base import RangeReader
-from gateway.storage.errors import StorageError
+from gateway.storage.errors import ObjectNotFound, StorageError
 from gateway.storage.ranges import open_storage_range, storage_load_error
 from gateway.storage.s3_config import S3StorageConfig
 
@@ -138,6 +139,22 @@ class S3Resolver:
             raise storage_load_error(exc, where) from exc
         return await open_storage_range(storage, name, offset, length, where=where)
 
+    def object(self, name: str) -> RangeLocationWithSize:
+        """The object ``prefix + name`` as a range location that knows its size
+        (a WACZ read in place: :mod:`gateway.sources.wacz`)."""
+        return _S3Object(self, name)
+
+    async def size(self, name: str) -> int:
+        """The size in bytes of object ``name``; load errors."""
+        where = f"s3://{self.config.bucket}/{self.config.prefix}{name}"
+        try:
+            storage = await self._clients.s3_storage(self._storage_config)
+            return (await storage.stat(name)).size
+        except ObjectNotFound as exc:
+            raise ArchiveFileNotFound(f"{where}: {exc.problem}", {where: exc.problem}) from exc
+        except StorageError as exc:
+            raise storage_load_error(exc, where) from exc
+
     def describe(self) -> str:
         config = self.config
         at = config.endpoint or "AWS"
@@ -163,3 +180,6 @@ class _S3Object:
 
     async def open_range(self, offset: int, length: int | None) -> RangeReader:
         return await self._resolver.open_range(self.name, offset, length)
+
+    async def size(self) -> int:
+        return await self._resolver.size(self.name)

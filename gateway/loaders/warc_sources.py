@@ -42,7 +42,14 @@ from gateway.storage.ranges import storage_load_error
 if TYPE_CHECKING:  # aiohttp is imported by the time a session exists
     import aiohttp
 
-__all__ = ["LocalRaw", "Location", "RangeLocation", "RawSource", "open_source"]
+__all__ = [
+    "LocalRaw",
+    "Location",
+    "RangeLocation",
+    "RangeLocationWithSize",
+    "RawSource",
+    "open_source",
+]
 
 _HTTP_SCHEMES: Final = ("http://", "https://")
 
@@ -159,6 +166,14 @@ class RangeLocation(Protocol):
         :class:`~gateway.errors.ArchiveFileNotFound` when the object is not
         there, another :class:`~gateway.errors.LoadError` when it cannot be
         read."""
+        ...
+
+
+class RangeLocationWithSize(RangeLocation, Protocol):
+    """A :class:`RangeLocation` that can say its size (a WACZ read in place)."""
+
+    async def size(self) -> int:
+        """The object's size in bytes; raises a :class:`~gateway.errors.LoadError`."""
         ...
 
 

@@ -26,6 +26,7 @@ SOURCE_TYPES: Final = LazyRegistry[type[SourceFactory]](
         "memento": "gateway.sources.memento_api:MementoSource",
         "redis": "gateway.sources.redis_zset:RedisIndexSource",
         "store": "gateway.sources.store:StoreSource",
+        "wacz": "gateway.sources.wacz:WaczSource",
         "zipnum": "gateway.sources.zipnum:ZipNumSource",
     }
 )
@@ -46,5 +47,6 @@ SOURCE_SHORTHANDS: Final[dict[str, Shorthand]] = {
     "memento": Shorthand(prefixes=("memento+", "http://", "https://")),
     "redis": Shorthand(prefixes=("redis://", "rediss://")),
     "store": Shorthand(prefixes=("$store",)),
+    "wacz": Shorthand(prefixes=("wacz+",), suffixes=(".wacz",)),
     "zipnum": Shorthand(prefixes=("zipnum+",), suffixes=(".idx", ".summary")),
 }

@@ -20,6 +20,7 @@ configured member name (``name:file``), as pywb does.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Protocol, Self, runtime_checkable
 
 from gateway.cdx.cdxj import CdxRecord
@@ -27,7 +28,7 @@ from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.loaders.base import ResourceLoader
 
-__all__ = ["IndexSource", "SourceConfig", "SourceFactory"]
+__all__ = ["IndexSource", "Page", "PageList", "SourceConfig", "SourceFactory"]
 
 
 class SourceConfig(Protocol):
@@ -71,6 +72,31 @@ class IndexSource(Protocol):
 
     async def aclose(self) -> None:
         """Release files, pools and connections held by the source."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One entry of a curated list of pages (WACZ ``pages/pages.jsonl``, WACZ 1.1.1
+    §pages): the page's URL, its title (may be empty), the 14-digit timestamp of
+    its capture, and the list it came from (the WACZ's file name)."""
+
+    url: str
+    title: str
+    timestamp: str
+    origin: str
+
+
+@runtime_checkable
+class PageList(Protocol):
+    """A source that carries a list of pages besides its captures (a WACZ)."""
+
+    async def pages(self, limit: int) -> tuple[list[Page], int]:
+        """Up to ``limit`` pages in list order, and how many there are in all.
+
+        Never raises for a list that cannot be read: it is left out (the
+        source's lookups report the failure).
+        """
         ...
 
 

@@ -18,8 +18,11 @@ the file is closed.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from gateway.cdx.cdxj import CdxRecord
@@ -28,13 +31,16 @@ from gateway.clients import SharedClients
 from gateway.errors import SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.loaders.store import SHORTHAND, StoreGetter, StoreRecordLoader
-from gateway.sources.base import SourceConfig
+from gateway.sources.base import Page, SourceConfig
+from gateway.sources.wacz_index import parse_pages
 from gateway.store.errors import StoreError
 
 if TYPE_CHECKING:
     from gateway.store.store import Store
 
 __all__ = ["StoreRecordLoader", "StoreSource", "StoreSourceConfig"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +100,28 @@ class StoreSource:
                 yield record
         except StoreError as exc:
             raise SourceUnavailable(self.name, exc.message) from exc
+
+    async def pages(self, limit: int) -> tuple[list[Page], int]:
+        """The page lists of the WACZ files added to the store (``store add x.wacz``
+        keeps each as ``<root>/pages/<name>.jsonl``), by file name then list order:
+        up to ``limit`` pages and the total. None while the store is not open."""
+        store = self._store()
+        if store is None:
+            return [], 0
+        folder = Path(store.root) / "pages"
+
+        def read() -> list[Page]:
+            pages: list[Page] = []
+            for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else ():
+                pages += parse_pages(path.read_bytes(), origin=f"{path.stem}.wacz")
+            return pages
+
+        try:
+            pages = await asyncio.to_thread(read)
+        except OSError as exc:
+            logger.warning("%s: cannot read the store's page lists: %s", self.name, exc)
+            return [], 0
+        return pages[:limit], len(pages)
 
     def describe(self) -> str:
         store = self._store()

@@ -48,7 +48,13 @@ from gateway.sources.cdxj_scan import (
     unavailable,
 )
 
-__all__ = ["SUMMARY_SUFFIXES", "ZipNumSource", "ZipNumSourceConfig"]
+__all__ = [
+    "SUMMARY_SUFFIXES",
+    "ZipNumSource",
+    "ZipNumSourceConfig",
+    "inflate_block",
+    "summary_lines",
+]
 
 #: File names taken as ZipNum summaries when given as a plain path (pywb ``IDX_EXT``).
 SUMMARY_SUFFIXES: Final = (".idx", ".summary")
@@ -200,7 +206,7 @@ class ZipNumSource:
     def _blocks(self, handle: Handle, key: bytes, end: bytes) -> Generator[_Block, None, None]:
         """The blocks that may hold lines in ``[key, end)``, in summary order."""
         try:
-            for line in _summary_lines(handle, key, end):
+            for line in summary_lines(handle, key, end):
                 yield self._block(line)
         except OSError as exc:
             raise unavailable(self.name, self.path, exc) from exc
@@ -252,22 +258,7 @@ class ZipNumSource:
         for block in run:
             member = data[at : at + block.length]
             at += block.length
-            try:
-                inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                text = inflater.decompress(member, _MAX_BLOCK_TEXT)
-            except zlib.error as exc:
-                raise SourceBadAnswer(
-                    self.name,
-                    f"ZipNum shard {part}: block at offset {block.offset} is not a gzip "
-                    f"member ({exc}); the summary and the shard do not match",
-                ) from exc
-            if inflater.unconsumed_tail:
-                raise SourceBadAnswer(
-                    self.name,
-                    f"ZipNum shard {part}: block at offset {block.offset} inflates past "
-                    f"{_MAX_BLOCK_TEXT} bytes; expected a block of a few thousand lines",
-                )
-            yield from text.splitlines()
+            yield from inflate_block(member, source=self.name, part=part, offset=block.offset)
 
     def _read(self, part: str, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` of shard ``part``, from its first readable location."""
@@ -331,7 +322,31 @@ class ZipNumSource:
         self._shards = {}
 
 
-def _summary_lines(handle: Handle, key: bytes, end: bytes) -> Generator[bytes, None, None]:
+def inflate_block(member: bytes, *, source: str, part: str, offset: int) -> list[bytes]:
+    """The lines of one block: a gzip member of sorted CDX(J) lines at ``offset`` of ``part``.
+
+    Raises :class:`SourceBadAnswer` (naming ``part`` and ``offset``) for bytes
+    that are not a gzip member or inflate past 64 MiB.
+    """
+    try:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        text = inflater.decompress(member, _MAX_BLOCK_TEXT)
+    except zlib.error as exc:
+        raise SourceBadAnswer(
+            source,
+            f"ZipNum shard {part}: block at offset {offset} is not a gzip "
+            f"member ({exc}); the summary and the shard do not match",
+        ) from exc
+    if inflater.unconsumed_tail:
+        raise SourceBadAnswer(
+            source,
+            f"ZipNum shard {part}: block at offset {offset} inflates past "
+            f"{_MAX_BLOCK_TEXT} bytes; expected a block of a few thousand lines",
+        )
+    return text.splitlines()
+
+
+def summary_lines(handle: Handle, key: bytes, end: bytes) -> Generator[bytes, None, None]:
     """The last summary line before ``key``, then every later line before ``end``.
 
     The block a line names starts with that line's key, so the block before the

@@ -82,6 +82,7 @@ from gateway.cdx.query import CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import (
     ArchiveFileNotFound,
+    ArchiveRefused,
     ArchiveUnavailable,
     LoadError,
     PlaceUnreachable,
@@ -93,8 +94,10 @@ from gateway.loaders.base import LoadContext
 from gateway.loaders.live import LiveLoader
 from gateway.loaders.replay import ReplayLoader
 from gateway.loaders.resolvers import resolver_config_from_shorthand
+from gateway.loaders.wacz import WaczLoader
 from gateway.loaders.warc import WarcLoader, WarcLoaderConfig
 from gateway.sources.store import StoreRecordLoader, StoreSource
+from gateway.sources.wacz import WaczSource, WaczSourceConfig
 from gateway.storage.s3 import S3Storage
 from gateway.storage.s3_config import S3StorageConfig
 from gateway.storage.settings import RetentionPolicy, StorageSpec
@@ -131,6 +134,7 @@ from tests.loaders.replay_archive import GZIPPED, PAYLOAD, replay_archive_app
 from tests.sources.redis_support import delete_prefix, redis_client, unique_prefix
 from tests.storage.seaweedfs import SeaweedFS
 from tests.store.store_support import warc_files
+from tests.wacz_support import flip_byte, upload
 
 #: (urlkey, timestamp) of the sample captures loaded: a small response, its
 #: revisit, a record whose archived headers say chunked, a payload of several
@@ -398,6 +402,58 @@ async def broken_live(env: LoaderEnv) -> Built:
     return Built(_live_loader(env), [remote_capture(url, "20260101000000", url, is_live="true")])
 
 
+async def _wacz_built(env: LoaderEnv, path: str, captures_from: str | None = None) -> Built:
+    """The loader of a WACZ source over ``path``; its captures as the source finds them
+    (in the WACZ at ``captures_from`` when given: a damaged copy cannot be searched)."""
+    everything = CaptureQuery(url="-", key="", end_key="~")
+    index: list[CdxRecord] = []
+    searched = WaczSource.from_config(
+        WaczSourceConfig(path=captures_from or path), name=NAME, clients=env.clients
+    )
+    async for record in searched.lookup(everything):
+        record.tag(NAME)  # as the aggregator does: source "contract:sample.wacz"
+        index.append(record)
+    source = searched
+    if captures_from is not None:
+        await searched.aclose()
+        config = WaczSourceConfig(path=path)
+        source = WaczSource.from_config(config, name=NAME, clients=env.clients)
+    env.add_cleanup(source.aclose)
+    own = [next(r for r in index if (r.urlkey, r.timestamp) == key) for key in SAMPLE_CAPTURES]
+    loader = source.resource_loaders()[0]
+    return Built(loader, own, other_member(own) + no_file(), make_finder(index))
+
+
+async def build_wacz(env: LoaderEnv) -> Built:
+    return await _wacz_built(env, str(env.fixture("sample_wacz")))
+
+
+def _damaged_wacz(env: LoaderEnv) -> Path:
+    (env.tmp_path / "damaged").mkdir()
+    damaged = env.tmp_path / "damaged" / "sample.wacz"
+    return flip_byte(env.fixture("sample_wacz"), "archive/example.warc.gz", damaged)
+
+
+async def broken_wacz(env: LoaderEnv) -> Built:
+    return await _wacz_built(env, str(_damaged_wacz(env)), str(env.fixture("sample_wacz")))
+
+
+async def _wacz_s3(env: LoaderEnv, wacz: Path) -> str:
+    s3: SeaweedFS = env.fixture("s3_env")
+    prefix = f"{uuid.uuid4().hex}/"
+    await upload(s3.endpoint, env.fixture("wacz_bucket"), prefix, [wacz])
+    return f"s3+{s3.endpoint}/wacz/{prefix}sample.wacz"
+
+
+async def build_wacz_s3(env: LoaderEnv) -> Built:
+    return await _wacz_built(env, await _wacz_s3(env, env.fixture("sample_wacz")))
+
+
+async def broken_wacz_s3(env: LoaderEnv) -> Built:
+    path = await _wacz_s3(env, _damaged_wacz(env))
+    return await _wacz_built(env, path, str(env.fixture("sample_wacz")))
+
+
 #: Checks the live loader cannot satisfy, and why.
 LIVE_CANNOT: Final = {
     "index_digest": "a live capture is made before its fetch: the index has no digest",
@@ -422,6 +478,9 @@ LOADER_KINDS: Final[dict[str, Kind]] = {
         ReplayLoader, build_replay_pywb, broken_replay_pywb, UpstreamStatusError, peer=True
     ),
     "live": Kind(LiveLoader, build_live, broken_live, LoadError, cannot=LIVE_CANNOT),
+    # A WACZ whose WARC entry fails its datapackage digest is refused whole.
+    "wacz": Kind(WaczLoader, build_wacz, broken_wacz, ArchiveRefused),
+    "wacz-s3": Kind(WaczLoader, build_wacz_s3, broken_wacz_s3, ArchiveRefused),
 }
 
 
