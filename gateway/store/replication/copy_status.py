@@ -379,8 +379,8 @@ def write_copy_claim(
     mtime: float,
 ) -> bool:
     """Mark a copy ``ongoing`` since ``mtime``, if its row is still the one the
-    worker read (``seen``; None: no row applied). One compare-and-swap
-    statement; returns whether it won (another worker may have claimed it).
+    batch read (``seen``; None: no row applied). One compare-and-swap
+    statement; returns whether it won (another batch may have claimed it).
     """
     holder = claim_holder()
     if seen is None:
