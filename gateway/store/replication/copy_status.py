@@ -143,10 +143,6 @@ class FileCopies:
             return "missing"
         return row.status
 
-    def safe_places(self, places: Sequence[str], cutoff: float) -> list[str]:
-        """The places of ``places`` whose copy counts towards the policy."""
-        return [p for p in places if self.status(p, cutoff) in ("present", "ongoing")]
-
     def present_places(self, places: Sequence[str], cutoff: float) -> list[str]:
         """The places of ``places`` holding a verified copy (``present``)."""
         return [p for p in places if self.status(p, cutoff) == "present"]
