@@ -104,7 +104,8 @@ class ObjectType(Generic[R]):
 
     Raises :class:`ValueError` when the declaration is inconsistent: an
     unknown state in a transition, a transition out of a final state, a
-    state no transition reaches, a name that is not ``snake_case``.
+    state no transition reaches, a name that is not ``snake_case``, a
+    ``row`` that is not a frozen dataclass of column types.
     """
 
     name: str
