@@ -23,10 +23,10 @@ cache), copied in turn by:
   time and four at once;
 - **replicate -> local / S3**: the whole replication of the store's files to
   a new storage (``copies: 2``, ``parallel_copies: 4``): the director's
-  query, the worker's claims, the copier with every gzip member inflated at
+  query, the batch's claims, the storage copier with every gzip member inflated at
   the source, the copy status written, run as ``gateway store replicate``
   runs it: the director's pass made as ``replication_batch`` objects, a
-  replication worker of the jobs machinery ticking them and copiers ticking
+  batch actor of the jobs machinery ticking them and copy actors ticking
   their ``replication_copy`` objects
   (:func:`gateway.store.replication.passes.work_pass`). Every file goes from
   the primary to one storage: one copy object, its files copied one at a

@@ -54,7 +54,7 @@ from gateway.jobs.actors import ActorType, JobContext
 from gateway.jobs.db import JobObject, utcnow, write_claim, write_objects, write_transition
 from gateway.jobs.hooks import Hooks, hookimpl
 from gateway.jobs.jobs_db import JobsDB
-from gateway.jobs.model import ObjectType
+from gateway.jobs.model import NoColumns, ObjectType
 from gateway.jobs.orchestrator import Orchestrator
 from gateway.jobs.schema import connect, create_schema
 from gateway.jobs.settings import JobsSettings
@@ -66,8 +66,9 @@ NOOP: Final = ObjectType(
     initial="queued",
     final=("done",),
     transitions=(("queued", "done"),),
+    row=NoColumns,
 )
-_TRANSITION: Final = NOOP.transition("queued", "done")
+NOOP_QUEUED_TO_DONE: Final = NOOP.transition("queued", "done")
 _TOTALS: Final = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 READY_LINE: Final = "jobs: orchestrator running"
 
@@ -78,11 +79,8 @@ class NoopActor(ActorType):
     queue_states = ("queued",)
     max_tick_s = 60.0
 
-    async def tick(self, obj: JobObject) -> None:
-        await self.transition_noop_queued_to_done(obj)
-
-    async def transition_noop_queued_to_done(self, obj: JobObject) -> bool:
-        return await self.transition(obj, "queued", "done", retry_at=None)
+    async def tick(self, obj: JobObject[NoColumns]) -> None:
+        await self.transition(obj, NOOP_QUEUED_TO_DONE, retry_at=None)
 
 
 def _noop_actor(actors: int) -> type[ActorType]:
@@ -102,7 +100,7 @@ class Finish:
 
     @hookimpl
     def on_transition_noop_queued_to_done_end(
-        self, actor: ActorType, obj: JobObject, won: bool
+        self, actor: ActorType, obj: JobObject[NoColumns], won: bool
     ) -> None:
         self.count += won
         if self.count >= self.total:
@@ -113,7 +111,7 @@ def _new_db(directory: Path, objects: int) -> Path:
     path = directory / "jobs.sqlite3"
     conn = connect(path)
     create_schema(conn, [NOOP])
-    write_objects(conn, NOOP, utcnow(), [{}] * objects)
+    write_objects(conn, NOOP, utcnow(), [NoColumns()] * objects)
     conn.close()
     return path
 
@@ -143,7 +141,7 @@ def run_floor(objects: int) -> Rate:
         start, cpu = time.perf_counter(), time.process_time()
         done = 0
         while (obj := write_claim(conn, NOOP, ("queued",), utcnow(), 60.0, "floor")) is not None:
-            done += write_transition(conn, obj, _TRANSITION, utcnow(), retry_at=None)
+            done += write_transition(conn, obj, NOOP_QUEUED_TO_DONE, utcnow(), retry_at=None)
         rate = _rate(objects, time.perf_counter() - start, time.process_time() - cpu)
         conn.close()
     assert done == objects, (done, objects)

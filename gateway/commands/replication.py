@@ -13,7 +13,7 @@ it, and takes the storages and the retention policy from the config's
 - ``replicate`` makes the director's pass
   (:func:`gateway.store.replication.passes.enqueue_pass`: one
   ``replication_batch`` object per ``batch_size`` files that need copies)
-  and runs a replication worker and copiers over those objects and their
+  and runs batch and copy actors over those objects and their
   ``replication_copy`` objects in this process, as the orchestrator of
   ``gateway serve`` or ``gateway worker`` does (theirs may take some of
   them too: the command waits for every batch of its pass to be final).

@@ -42,7 +42,6 @@ saying how to resume. Also runnable alone:
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -58,6 +57,7 @@ if TYPE_CHECKING:
     from gateway.jobs.db import JobObject
     from gateway.jobs.settings import JobsSettings
     from gateway.progress import Bar
+    from gateway.store.job_rows import ImportColumns
     from gateway.store.settings import StoreSettings
 
 # The commands import the store itself when they run (warcio, SQLite and
@@ -153,7 +153,7 @@ def _add_files(args: argparse.Namespace, settings: StoreSettings, sources: list[
 
     with progress_bar("store add", total, enabled=args.progress) as bar:
 
-        def on_final(obj: JobObject) -> None:
+        def on_final(obj: JobObject[ImportColumns]) -> None:
             _report_import(bar, obj)
 
         def on_settled(item: Settled) -> None:
@@ -163,7 +163,7 @@ def _add_files(args: argparse.Namespace, settings: StoreSettings, sources: list[
             else:
                 _report_refused(bar, path, detail)
 
-        def on_waiting(pending: list[JobObject]) -> None:
+        def on_waiting(pending: list[JobObject[ImportColumns]]) -> None:
             for obj in pending:
                 owner = obj.lease_owner or ""
                 key = (obj.id, owner or obj.last_error or "")
@@ -171,10 +171,10 @@ def _add_files(args: argparse.Namespace, settings: StoreSettings, sources: list[
                     continue
                 waiting_for.add(key)
                 if owner and not owner.startswith("store-add"):
-                    line = f"{obj['source_path']}: being imported by {owner}"
+                    line = f"{obj.row.source_path}: being imported by {owner}"
                     bar.write(line, file=sys.stderr)
                 elif obj.last_error:
-                    line = f"{obj['source_path']}: trying again after: {obj.last_error}"
+                    line = f"{obj.row.source_path}: trying again after: {obj.last_error}"
                     bar.write(line, file=sys.stderr)
 
         report = asyncio.run(
@@ -225,18 +225,19 @@ def _report_refused(bar: Bar, source: object, reason: str) -> None:
     )
 
 
-def _report_import(bar: Bar, obj: JobObject) -> None:
+def _report_import(bar: Bar, obj: JobObject[ImportColumns]) -> None:
     """The line ``store add`` prints above its bar when a file's import ends."""
-    source = obj["source_path"]
+    row = obj.row
+    source = row.source_path
     if obj.status == "imported":
-        line = f"{source}: added as warcs/{obj['stored_as']}, {obj['captures']} captures indexed"
+        line = f"{source}: added as warcs/{row.stored_as}, {row.captures} captures indexed"
         bar.write(line, file=sys.stdout)
-        for note in json.loads(str(obj["notes"])):
+        for note in row.notes:
             bar.write(f"  note: {note}", file=sys.stdout)
     elif obj.status == "present":
-        bar.write(f"{source}: already in the store as warcs/{obj['stored_as']}", file=sys.stdout)
+        bar.write(f"{source}: already in the store as warcs/{row.stored_as}", file=sys.stdout)
     elif obj.status == "refused":
-        _report_refused(bar, source, str(obj["reason"]))
+        _report_refused(bar, source, row.reason)
     else:
         bar.write(
             f"gateway store add: {source}: failed, gave up: {obj.last_error}", file=sys.stderr

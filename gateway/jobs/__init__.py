@@ -12,6 +12,7 @@ again, so every tick is idempotent.
 Modules, one concept each:
 
 - :mod:`~gateway.jobs.model`         ``ObjectType``: states and transitions, declared as data
+- :mod:`~gateway.jobs.columns`       an object type's own columns, a frozen dataclass; its SQL
 - :mod:`~gateway.jobs.schema`        the tables (``create_schema``) and ``connect``
 - :mod:`~gateway.jobs.db`            ``JobObject``, ``read_*`` and ``write_*`` functions, times
 - :mod:`~gateway.jobs.jobs_db`       ``JobsDB``: the jobs database on a ``SqliteThread``
@@ -26,19 +27,6 @@ Modules, one concept each:
 - :mod:`~gateway.jobs.settings`      ``JobsSettings`` (the ``jobs:`` section)
 - :mod:`~gateway.commands.jobs`           ``gateway worker`` and ``gateway jobs``
 
-Adding an actor type takes three things:
-
-1. an object-type table: an :class:`~gateway.jobs.model.ObjectType` literal
-   (states, initial, final, transitions, its own columns);
-2. a module with its :class:`~gateway.jobs.actors.ActorType` subclass: the
-   queue (``queue_states``), ``max_concurrent``, ``max_tick_s``, ``tick``
-   and one ``transition_<type>_<from>_to_<to>`` method per transition it
-   makes, each a single ``self.transition(...)`` call; objects are created
-   by ordinary code with :func:`~gateway.jobs.db.write_object`;
-3. one line in :data:`gateway.store.actor_types.ACTOR_TYPES` (or, outside this
-   package, a plugin's ``get_actor_types`` hook).
-
-Its table is created with the others (:func:`gateway.jobs.schema.create_schema`),
-its hooks are declared, ``gateway jobs`` reports it, and the tests that walk
-every declared transition and draw every diagram pick it up.
+How to add an object type and its actor type: ``docs/background-work.md``,
+"Adding a type of background work".
 """

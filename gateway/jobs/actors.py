@@ -7,10 +7,11 @@ of :class:`ActorType` declaring:
   type in those states whose ``retry_at`` has passed, oldest first;
 - ``max_concurrent`` (actors at once per orchestrator) and ``max_tick_s``
   (the time limit of one tick, and the length of a claim's lease);
-- ``tick(obj)``: reads, decides, and makes exactly one transition by
-  calling one of its ``transition_<type>_<from>_to_<to>`` methods, each a
-  single :meth:`ActorType.transition` (one compare-and-swap write, then its
-  side effects). It returns nothing and raises on failure.
+- ``tick(obj)``: reads, decides, and makes exactly one transition, a
+  single :meth:`ActorType.transition` naming a declared
+  :class:`~gateway.jobs.model.Transition` by its constant (one
+  compare-and-swap write, then its side effects). It returns nothing and
+  raises on failure.
 
 An *actor* is one instance running :meth:`ActorType.run` as an asyncio
 task. It claims an object by bumping its ``retry_at`` to ``now +
@@ -22,9 +23,10 @@ failure (an exception, an overrun, a tick that made no transition) keeps
 the attempt count and the error on the object and makes it due again after
 an exponential backoff (``backoff_base_s * 2**(attempts - 1)``, at most
 ``backoff_max_s``: :func:`gateway.backoff.backoff_s`); after ``max_attempts``
-failures in a row the object moves to ``give_up_state`` instead, when the
-type has one. The actor exits when its queue is empty, or when asked to
-stop (after the tick in hand).
+failures in a row the object moves to ``give_up_state`` (a final state)
+instead, when the type has one, by the declared transition from its state.
+The actor exits when its queue is empty, or when asked to stop (after the
+tick in hand).
 
 A process that dies mid-tick leaves its object leased; the lease expires
 at ``retry_at`` and another actor claims it again. Ticks must therefore be
@@ -72,9 +74,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+#: The row of an object's type.
+_R = TypeVar("_R")
 
 #: A side effect of a transition: objects of a type to make due now.
-Wake = tuple[ObjectType, Sequence[int]]
+Wake = tuple[ObjectType[Any], Sequence[int]]
 
 _NO_WAKE: Final[tuple[Wake, ...]] = ()
 
@@ -135,15 +139,15 @@ class ActorType:
     """Base class of actor types; see the module docstring.
 
     Class attributes declare the type; an instance is one actor. Subclasses
-    define :meth:`tick` and one ``transition_<type>_<from>_to_<to>`` method
-    per transition they make, and may override :meth:`limits` (limits from
+    define :meth:`tick`, and may override :meth:`limits` (limits from
     the ``jobs:`` settings), :meth:`get_actors_to_spawn`, :meth:`seed`,
     :meth:`on_startup` and :meth:`on_shutdown` (resources an actor holds).
     """
 
-    #: The actor type's name (``gateway jobs``, logs, ``queues`` of the hooks).
+    #: The actor type's name (logs, ``queues`` of the hooks): its object type's
+    #: name, the same pair of words for actor and object.
     name: ClassVar[str]
-    object_type: ClassVar[ObjectType]
+    object_type: ClassVar[ObjectType[Any]]
     #: The states whose due objects this actor type ticks.
     queue_states: ClassVar[tuple[str, ...]]
     max_concurrent: ClassVar[int] = 1
@@ -151,9 +155,12 @@ class ActorType:
     backoff_base_s: ClassVar[float] = 1.0
     backoff_max_s: ClassVar[float] = 3600.0
     #: Failed ticks in a row after which the object moves to ``give_up_state``
-    #: (by its ``transition_<type>_<state>_to_<give_up_state>(obj, error=...)``).
+    #: (a final state; by the declared ``<state> -> <give_up_state>``, the error
+    #: kept as its last).
     max_attempts: ClassVar[int | None] = None
     give_up_state: ClassVar[str | None] = None
+    #: ``{queue state: its transition to give_up_state}``, derived.
+    give_up: ClassVar[Mapping[str, Transition]] = {}
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
@@ -166,11 +173,17 @@ class ActorType:
                 raise TypeError(f"{where}: queue state {state!r} is not an active state")
         if (cls.max_attempts is None) != (cls.give_up_state is None):
             raise TypeError(f"{where}: max_attempts and give_up_state go together")
+        if cls.name != object_type.name:
+            raise TypeError(f"{where}: named {cls.name!r}, not its object type's name")
         if cls.give_up_state is not None:
-            for state in cls.queue_states:
-                transition = object_type.transition(state, cls.give_up_state)
-                if not callable(getattr(cls, transition.method_name, None)):
-                    raise TypeError(f"{where}: no method {transition.method_name}")
+            if cls.give_up_state not in object_type.final:
+                raise TypeError(f"{where}: give_up_state {cls.give_up_state!r} is not final")
+            try:
+                cls.give_up = {
+                    s: object_type.transition(s, cls.give_up_state) for s in cls.queue_states
+                }
+            except ValueError as exc:
+                raise TypeError(f"{where}: {exc}") from None
 
     def __init__(
         self,
@@ -187,10 +200,10 @@ class ActorType:
         self.where = where
         self.stopping = False
         self.ticks = 0
-        self.current: JobObject | None = None
+        self.current: JobObject[Any] | None = None
         self._outcomes: list[tuple[Transition, bool]] = []
         #: An object claimed along with the last transition, and its tick's deadline.
-        self._next: tuple[JobObject, float] | None = None
+        self._next: tuple[JobObject[Any], float] | None = None
 
     def __repr__(self) -> str:
         return f"{self.name}#{self.number} ({self.ctx.owner})"
@@ -205,7 +218,7 @@ class ActorType:
     def limits_for(cls, ctx: JobContext[Any]) -> tuple[int, float]:
         """``(max_concurrent, max_tick_s)`` in ``ctx``: :meth:`limits` under its ``jobs:``
         settings; a type whose limits come from elsewhere in the config overrides
-        this (the replication copier: ``store.retention.parallel_copies``)."""
+        this (the replication copy actor: ``store.retention.parallel_copies``)."""
         return cls.limits(ctx.settings)
 
     @classmethod
@@ -227,33 +240,39 @@ class ActorType:
     async def on_shutdown(self) -> None:
         """Release what :meth:`on_startup` acquired (default: nothing)."""
 
-    async def tick(self, obj: JobObject) -> None:
+    async def tick(self, obj: JobObject[Any]) -> None:
         """Read, decide and make one transition of ``obj``; raise on failure."""
         raise NotImplementedError
 
     # ------------------------------------------------------------- transitions
     async def transition(
         self,
-        obj: JobObject,
-        source: str,
-        target: str,
+        obj: JobObject[_R],
+        transition: Transition,
         *,
         retry_at: datetime | None,
-        values: Mapping[str, Value] | None = None,
+        values: _R | None = None,
         wake: Iterable[Wake] = _NO_WAKE,
         error: str | None = None,
     ) -> bool:
-        """Make the declared transition ``source -> target`` of ``obj``; return whether it won.
+        """Make the declared ``transition`` of ``obj``; return whether it won.
 
         One compare-and-swap write (:func:`~gateway.jobs.db.write_transition`:
-        the new status, ``retry_at``, ``values``, and ``error`` as the
-        object's last error when it gives up), then, only if it won, its
+        the new status, ``retry_at``, the own columns ``values`` (the
+        object's row after it: ``dataclasses.replace(obj.row, ...)``)
+        changes, and ``error`` as the object's last error when it gives up),
+        then, only if it won, its
         side effects: the objects in ``wake`` become due now. Write and side
         effects run together on the database thread, so a tick cancelled
         at its time limit interrupts neither once the write is submitted.
-        The per-transition hooks run before and after.
+        The per-transition hooks run before and after. Raises
+        :class:`ValueError` when ``transition`` is not one of the object's
+        type or does not leave its status (a bug).
         """
-        transition = obj.type.transition(source, target)
+        if obj.status != transition.source or (
+            obj.type.transition(transition.source, transition.target) != transition
+        ):
+            raise ValueError(f"{obj}: cannot make transition {transition.name}")
         self.ctx.hooks.transition_start(transition.name, actor=self, obj=obj)
         wakes = tuple((object_type, tuple(ids)) for object_type, ids in wake)
         # The actor's next claim rides along (one trip to the database thread
@@ -277,10 +296,10 @@ class ActorType:
 
     def _transition_done(
         self,
-        obj: JobObject,
+        obj: JobObject[Any],
         transition: Transition,
         won: bool,
-        claimed: JobObject | None,
+        claimed: JobObject[Any] | None,
         deadline: float,
     ) -> None:
         if claimed is not None:
@@ -335,7 +354,7 @@ class ActorType:
     def _claim_args(self) -> _Claim:
         return (self.object_type, self.queue_states, self.tick_limit_s, self.ctx.owner, self.where)
 
-    async def _claim(self) -> tuple[JobObject, float] | None:
+    async def _claim(self) -> tuple[JobObject[Any], float] | None:
         # The deadline is taken before the lease is computed: a tick is
         # cancelled no later than its lease ends.
         deadline = asyncio.get_running_loop().time() + self.tick_limit_s
@@ -348,7 +367,7 @@ class ActorType:
             (obj, _), self._next = self._next, None
             await self.ctx.db.call(write_release, obj, utcnow())
 
-    async def _tick(self, obj: JobObject, deadline: float) -> None:
+    async def _tick(self, obj: JobObject[Any], deadline: float) -> None:
         hooks = self.ctx.hooks
         self.current = obj
         self._outcomes = []
@@ -365,7 +384,7 @@ class ActorType:
             self.current = None
             hooks.call("on_actor_tick_end", actor=self, obj=obj)
 
-    async def _run_tick(self, obj: JobObject, deadline: float) -> None:
+    async def _run_tick(self, obj: JobObject[Any], deadline: float) -> None:
         scope = asyncio.timeout_at(deadline)
         try:
             async with scope:
@@ -377,7 +396,7 @@ class ActorType:
                 ) from exc
             raise
 
-    async def _failed(self, obj: JobObject, exc: Exception) -> None:
+    async def _failed(self, obj: JobObject[Any], exc: Exception) -> None:
         if any(won for _, won in self._outcomes):
             # The transition was made; what failed came after it.
             logger.warning(
@@ -394,7 +413,6 @@ class ActorType:
         error = f"{type(exc).__name__}: {exc}"
         trace = not isinstance(exc, TickTimeout | TickError | OSError)
         if self.max_attempts is not None and attempts >= self.max_attempts:
-            assert self.give_up_state is not None
             logger.warning(
                 "jobs: %s: tick failed %d times in a row, giving up (%s): %s",
                 obj,
@@ -404,8 +422,7 @@ class ActorType:
                 exc_info=exc if trace else None,
                 extra=_extra(obj, job_attempts=attempts, job_error=error),
             )
-            method = getattr(self, obj.type.transition(obj.status, self.give_up_state).method_name)
-            await method(obj, error=error)
+            await self.transition(obj, self.give_up[obj.status], retry_at=None, error=error)
             return
         delay = backoff_s(attempts, self.backoff_base_s, self.backoff_max_s)
         now = utcnow()
@@ -425,24 +442,24 @@ class ActorType:
 
 
 #: What :func:`~gateway.jobs.db.write_claim` needs: type, states, lease, owner, condition.
-_Claim = tuple[ObjectType, tuple[str, ...], float, str, tuple[str, Sequence[Value]] | None]
+_Claim = tuple[ObjectType[Any], tuple[str, ...], float, str, tuple[str, Sequence[Value]] | None]
 
 
-def _write_claim(conn: sqlite3.Connection, claim: _Claim) -> JobObject | None:
+def _write_claim(conn: sqlite3.Connection, claim: _Claim) -> JobObject[Any] | None:
     object_type, states, lease_s, owner, where = claim
     return write_claim(conn, object_type, states, utcnow(), lease_s, owner, where=where)
 
 
 def _write_transition_then_claim(
     conn: sqlite3.Connection,
-    obj: JobObject,
+    obj: JobObject[_R],
     transition: Transition,
     retry_at: datetime | None,
-    values: Mapping[str, Value] | None,
+    values: _R | None,
     error: str | None,
-    wakes: tuple[tuple[ObjectType, tuple[int, ...]], ...],
+    wakes: tuple[tuple[ObjectType[Any], tuple[int, ...]], ...],
     claim: _Claim | None,
-) -> tuple[bool, JobObject | None]:
+) -> tuple[bool, JobObject[Any] | None]:
     """On the database thread: a transition's write, its side effects if it won,
     then the actor's next claim (each its own atomic statement)."""
     now = utcnow()
@@ -455,17 +472,17 @@ def _write_transition_then_claim(
     return won, _write_claim(conn, claim) if claim is not None else None
 
 
-def _extra(obj: JobObject, **more: object) -> dict[str, object]:
+def _extra(obj: JobObject[Any], **more: object) -> dict[str, object]:
     """Structured fields of a log record (for JSON log formatters)."""
     return {"job_type": obj.type.name, "job_id": obj.id, "job_status": obj.status, **more}
 
 
-def object_types_of(actor_types: Iterable[type[ActorType]]) -> list[ObjectType]:
+def object_types_of(actor_types: Iterable[type[ActorType]]) -> list[ObjectType[Any]]:
     """The object types of ``actor_types``, each once, in first-seen order.
 
     Raises :class:`ValueError` when two different declarations share a name.
     """
-    seen: dict[str, ObjectType] = {}
+    seen: dict[str, ObjectType[Any]] = {}
     for actor_type in actor_types:
         object_type = actor_type.object_type
         known = seen.setdefault(object_type.name, object_type)

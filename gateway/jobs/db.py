@@ -33,11 +33,12 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from gateway.jobs.columns import Value
 from gateway.jobs.model import COMMON_COLUMNS, ObjectType, Transition
 
 __all__ = [
@@ -61,8 +62,8 @@ __all__ = [
     "write_wake",
 ]
 
-#: A column value: what SQLite stores and gives back.
-Value = str | int | float | None
+#: The row of an object's type (:attr:`ObjectType.row <gateway.jobs.model.ObjectType.row>`).
+R = TypeVar("R")
 
 
 # ---------------------------------------------------------------------------- time
@@ -96,14 +97,14 @@ def _after(now: datetime, seconds: float) -> str:
 
 # ------------------------------------------------------------------------- objects
 @dataclass(frozen=True, slots=True)
-class JobObject:
-    """One object as read: the common columns and the type's own (``values``).
+class JobObject(Generic[R]):
+    """One object as read: the common columns and the type's own (``row``, typed).
 
     ``retry_at`` is the exact stored text, which compare-and-swap writes
     compare against; None in a final state.
     """
 
-    type: ObjectType
+    type: ObjectType[R]
     id: int
     status: str
     retry_at: str | None
@@ -113,19 +114,16 @@ class JobObject:
     last_error: str | None
     last_error_at: str | None
     lease_owner: str | None
-    values: Mapping[str, Value]
-
-    def __getitem__(self, column: str) -> Value:
-        return self.values[column]
+    row: R
 
     def __str__(self) -> str:
         return f"{self.type.name}#{self.id} ({self.status})"
 
     @classmethod
-    def from_row(cls, object_type: ObjectType, row: Sequence[Any]) -> JobObject:
+    def from_row(cls, object_type: ObjectType[R], row: Sequence[Any]) -> JobObject[R]:
         """Build from a row selected as ``object_type.column_names``."""
         common = len(COMMON_COLUMNS)
-        own = {c: row[common + i] for i, (c, _) in enumerate(object_type.columns)}
+        own = object_type.decode(row[common:])
         ident, status, retry_at, created_at, updated_at, attempts, error, error_at, owner = row[
             :common
         ]
@@ -149,7 +147,9 @@ def _marks(count: int) -> str:
     return ", ".join("?" * count)
 
 
-def read_object(conn: sqlite3.Connection, object_type: ObjectType, object_id: int) -> JobObject:
+def read_object(
+    conn: sqlite3.Connection, object_type: ObjectType[R], object_id: int
+) -> JobObject[R]:
     """The object ``object_id``; :class:`KeyError` when there is none."""
     row = conn.execute(
         f"SELECT {', '.join(object_type.column_names)} FROM {object_type.table} WHERE id = ?",
@@ -162,7 +162,7 @@ def read_object(conn: sqlite3.Connection, object_type: ObjectType, object_id: in
 
 def read_queue_length(
     conn: sqlite3.Connection,
-    object_type: ObjectType,
+    object_type: ObjectType[Any],
     states: Iterable[str],
     now: datetime,
     *,
@@ -179,7 +179,7 @@ def read_queue_length(
 
 
 def read_next_retry_at(
-    conn: sqlite3.Connection, queues: Iterable[tuple[ObjectType, Iterable[str]]], now: datetime
+    conn: sqlite3.Connection, queues: Iterable[tuple[ObjectType[Any], Iterable[str]]], now: datetime
 ) -> datetime | None:
     """The earliest ``retry_at`` after ``now`` among the objects of ``queues``, or None."""
     soonest: str | None = None
@@ -219,7 +219,7 @@ def read_orphans(
 
 
 def read_counts(
-    conn: sqlite3.Connection, object_types: Iterable[ObjectType]
+    conn: sqlite3.Connection, object_types: Iterable[ObjectType[Any]]
 ) -> dict[str, dict[str, int]]:
     """``{type: {state: count}}`` with every declared state (0 when empty).
 
@@ -244,30 +244,30 @@ def read_counts(
 # -------------------------------------------------------------------------- writes
 def write_object(
     conn: sqlite3.Connection,
-    object_type: ObjectType,
+    object_type: ObjectType[R],
     now: datetime,
-    values: Mapping[str, Value] | None = None,
+    row: R | None = None,
     *,
     status: str | None = None,
     retry_at: datetime | None = None,
 ) -> int:
     """Create one object (status: the type's initial state, due at ``now``); return its id.
 
-    ``status``/``retry_at`` create it elsewhere in its life (a file already
-    verified on import starts its scrub life ``good``, due later); a final
-    status gets ``retry_at`` NULL. Raises :class:`sqlite3.IntegrityError`
-    when a unique column already holds the value.
+    ``row``: its own columns (None: the row's defaults, :class:`TypeError`
+    if a field has none). ``status``/``retry_at`` create it elsewhere in
+    its life (a file already verified on import starts its scrub life
+    ``good``, due later); a final status gets ``retry_at`` NULL. Raises
+    :class:`sqlite3.IntegrityError` when a unique column already holds the value.
     """
-    return write_objects(conn, object_type, now, [values or {}], status=status, retry_at=retry_at)[
-        0
-    ]
+    own = row if row is not None else object_type.row()
+    return write_objects(conn, object_type, now, [own], status=status, retry_at=retry_at)[0]
 
 
 def write_objects(
     conn: sqlite3.Connection,
-    object_type: ObjectType,
+    object_type: ObjectType[R],
     now: datetime,
-    rows: Sequence[Mapping[str, Value]],
+    rows: Sequence[R],
     *,
     status: str | None = None,
     retry_at: datetime | None = None,
@@ -287,7 +287,8 @@ def write_objects(
     ids: list[int] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for values in rows:
+        for row in rows:
+            values = object_type.encode(row)
             columns = ["status", "retry_at", "created_at", "updated_at", *values]
             cursor = conn.execute(
                 f"{verb} INTO {object_type.table} ({', '.join(columns)})"
@@ -305,14 +306,14 @@ def write_objects(
 
 def write_claim(
     conn: sqlite3.Connection,
-    object_type: ObjectType,
+    object_type: ObjectType[R],
     states: Iterable[str],
     now: datetime,
     lease_s: float,
     owner: str,
     *,
     where: tuple[str, Sequence[Value]] | None = None,
-) -> JobObject | None:
+) -> JobObject[R] | None:
     """Claim the due object with the oldest ``retry_at`` in ``states``: one UPDATE.
 
     Sets its ``retry_at`` to ``now + lease_s`` (the lease) and
@@ -332,7 +333,7 @@ def write_claim(
 
 
 @functools.lru_cache(maxsize=256)
-def _claim_sql(object_type: ObjectType, states: int, where: str | None) -> str:
+def _claim_sql(object_type: ObjectType[Any], states: int, where: str | None) -> str:
     extra = f" AND ({where})" if where else ""
     return (
         f"UPDATE {object_type.table} SET retry_at = ?, lease_owner = ?, updated_at = ?"
@@ -346,24 +347,24 @@ def _claim_sql(object_type: ObjectType, states: int, where: str | None) -> str:
 
 def write_transition(
     conn: sqlite3.Connection,
-    obj: JobObject,
+    obj: JobObject[R],
     transition: Transition,
     now: datetime,
     *,
     retry_at: datetime | None,
-    values: Mapping[str, Value] | None = None,
+    values: R | None = None,
     error: str | None = None,
 ) -> bool:
     """Move ``obj`` along ``transition`` if nobody else moved it since it was read.
 
     Compare-and-swap on ``(id, status, retry_at)``: sets the new status,
     ``retry_at`` (which must be None exactly when the target is final),
-    ``values`` (the type's own columns), ``last_error`` when ``error`` is
-    given (a transition that gives up), clears the lease and the attempt
-    count. Returns whether it won. Raises :class:`ValueError` when
-    ``transition`` is not declared for the object's type or does not start
-    from its status, or when ``values`` names a column that is not the
-    type's own (a bug).
+    the own columns ``values`` (the object's row after the transition)
+    changes from ``obj.row``, ``last_error`` when ``error`` is given (a
+    transition that gives up), clears the lease and the attempt count.
+    Returns whether it won. Raises :class:`ValueError` when ``transition``
+    is not declared for the object's type or does not start from its
+    status (a bug).
     """
     declared = obj.type.transition(transition.source, transition.target)
     if declared != transition or obj.status != transition.source:
@@ -373,10 +374,7 @@ def write_transition(
             f"{obj}: transition {transition.name} needs retry_at "
             + ("None (final state)" if transition.final else "set (not a final state)")
         )
-    own = dict(values or {})
-    unknown = own.keys() - obj.type.own_columns
-    if unknown:
-        raise ValueError(f"{obj}: {sorted(unknown)} are not columns of its own")
+    own = obj.type.changes(obj.row, values) if values is not None else {}
     stamp = format_time(now)
     if error is not None:
         own.update(last_error=error, last_error_at=stamp)
@@ -399,7 +397,7 @@ def write_transition(
 
 
 def write_failure(
-    conn: sqlite3.Connection, obj: JobObject, now: datetime, error: str, retry_at: datetime
+    conn: sqlite3.Connection, obj: JobObject[Any], now: datetime, error: str, retry_at: datetime
 ) -> bool:
     """Record a failed tick: ``attempts + 1``, the error, due again at ``retry_at``.
 
@@ -417,7 +415,7 @@ def write_failure(
     return cursor.rowcount == 1
 
 
-def write_release(conn: sqlite3.Connection, obj: JobObject, now: datetime) -> bool:
+def write_release(conn: sqlite3.Connection, obj: JobObject[Any], now: datetime) -> bool:
     """Give back a claimed object that was not ticked: due at ``now``, no lease owner.
 
     Compare-and-swap on the lease; False when it had expired and another
@@ -432,7 +430,7 @@ def write_release(conn: sqlite3.Connection, obj: JobObject, now: datetime) -> bo
 
 
 def write_wake(
-    conn: sqlite3.Connection, object_type: ObjectType, ids: Iterable[int], when: datetime
+    conn: sqlite3.Connection, object_type: ObjectType[Any], ids: Iterable[int], when: datetime
 ) -> int:
     """Make objects due at ``when`` if they were due later: the only side effect allowed.
 

@@ -100,16 +100,16 @@ class JobsHookSpecs:
         """An actor task starts."""
 
     @hookspec
-    def on_actor_tick_start(self, actor: ActorType, obj: JobObject) -> None:
+    def on_actor_tick_start(self, actor: ActorType, obj: JobObject[Any]) -> None:
         """``actor`` claimed ``obj`` and starts its tick."""
 
     @hookspec
-    def on_actor_tick_end(self, actor: ActorType, obj: JobObject) -> None:
+    def on_actor_tick_end(self, actor: ActorType, obj: JobObject[Any]) -> None:
         """The tick of ``obj`` ended (whatever its outcome)."""
 
     @hookspec
     def on_actor_tick_exception(
-        self, actor: ActorType, obj: JobObject, error: BaseException
+        self, actor: ActorType, obj: JobObject[Any], error: BaseException
     ) -> None:
         """The tick of ``obj`` raised ``error`` or overran its limit (``TimeoutError``)."""
 
@@ -119,7 +119,7 @@ class JobsHookSpecs:
 
 
 def _transition_spec(name: str, doc: str) -> Any:
-    def spec(actor: ActorType, obj: JobObject) -> None:
+    def spec(actor: ActorType, obj: JobObject[Any]) -> None:
         """Placeholder; pluggy reads the name, arguments and docstring."""
 
     spec.__name__ = name
@@ -129,7 +129,7 @@ def _transition_spec(name: str, doc: str) -> Any:
 
 
 def _end_spec(name: str, doc: str) -> Any:
-    def spec(actor: ActorType, obj: JobObject, won: bool) -> None:
+    def spec(actor: ActorType, obj: JobObject[Any], won: bool) -> None:
         """Placeholder; pluggy reads the name, arguments and docstring."""
 
     spec.__name__ = name
@@ -156,7 +156,7 @@ class Hooks:
         for plugin in plugins:
             self.manager.register(plugin)
 
-    def add_object_types(self, object_types: Iterable[ObjectType]) -> None:
+    def add_object_types(self, object_types: Iterable[ObjectType[Any]]) -> None:
         """Declare ``on_transition_<name>_start``/``_end`` for every transition of these types."""
         specs: dict[str, Any] = {}
         for object_type in object_types:

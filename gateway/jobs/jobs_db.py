@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from gateway.jobs.model import ObjectType
 from gateway.jobs.schema import connect, create_schema
@@ -26,7 +27,7 @@ class JobsDB(SqliteThread[sqlite3.Connection]):
     and creates the schema (idempotent) before the first call.
     """
 
-    def __init__(self, path: Path, object_types: Iterable[ObjectType]) -> None:
+    def __init__(self, path: Path, object_types: Iterable[ObjectType[Any]]) -> None:
         self.path = path
         types = list(object_types)
 

@@ -8,11 +8,15 @@ stays as history (the machinery never deletes objects).
 
 Each type is declared once, as an :class:`ObjectType` literal: its states,
 the initial one, the final ones, the allowed transitions ``(from, to)`` and
-its own columns. Everything else is derived from that declaration: the
-table (:func:`gateway.jobs.schema.create_schema`), which writes are allowed
+its own columns, a frozen dataclass (``row``; :mod:`gateway.jobs.columns`).
+Everything else is derived from that declaration: the table
+(:func:`gateway.jobs.schema.create_schema`), which writes are allowed
 (:func:`gateway.jobs.db.write_transition` refuses an undeclared one), the
-names of the transition methods and hooks, and the README's diagrams
-(:meth:`ObjectType.mermaid`).
+names of the hooks, and the diagrams of ``docs/background-work.md``
+(:meth:`ObjectType.mermaid`). An application names each transition by a
+constant taken from the table once (``BATCH_COPYING_TO_DONE: Final =
+BATCH.transition("copying", "done")``), which
+:meth:`~gateway.jobs.actors.ActorType.transition` takes.
 
 >>> PROBE = ObjectType(
 ...     name="probe",
@@ -21,6 +25,7 @@ names of the transition methods and hooks, and the README's diagrams
 ...     initial="queued",
 ...     final=("done",),
 ...     transitions=(("queued", "done"),),
+...     row=NoColumns,
 ... )
 >>> PROBE.table, PROBE.transition("queued", "done").name
 ('jobs_probe', 'probe_queued_to_done')
@@ -34,10 +39,16 @@ stateDiagram-v2
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, Generic, TypeVar
 
-__all__ = ["COMMON_COLUMNS", "ObjectType", "Transition"]
+from gateway.jobs.columns import Column, NoColumns, Value, columns_of
+
+__all__ = ["COMMON_COLUMNS", "NoColumns", "ObjectType", "Transition"]
+
+#: The row of an object type: the frozen dataclass of its own columns.
+R = TypeVar("R")
 
 _NAME: Final = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
 
@@ -64,9 +75,8 @@ COMMON_COLUMNS: Final = (
 class Transition:
     """One declared move of an object type, ``source`` -> ``target``.
 
-    ``name`` (``<type>_<from>_to_<to>``) names the actor's method
-    ``transition_<name>`` and the hooks ``on_transition_<name>_start`` and
-    ``on_transition_<name>_end``.
+    ``name`` (``<type>_<from>_to_<to>``) names the hooks
+    ``on_transition_<name>_start`` and ``on_transition_<name>_end``.
     """
 
     object_type: str
@@ -79,17 +89,13 @@ class Transition:
     def name(self) -> str:
         return f"{self.object_type}_{self.source}_to_{self.target}"
 
-    @property
-    def method_name(self) -> str:
-        """The actor method that makes this transition: ``transition_<name>``."""
-        return f"transition_{self.name}"
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ObjectType:
+class ObjectType(Generic[R]):
     """The declaration of one kind of object (see the module docstring).
 
-    ``columns``: the type's own columns ``(name, SQL declaration)``, after
+    ``row``: the frozen dataclass of the type's own columns (their SQL
+    derived from it by :func:`~gateway.jobs.columns.columns_of`), after
     :data:`COMMON_COLUMNS`; ``unique``: column tuples with a UNIQUE index
     (e.g. one scrub object per file); ``indexes``: column tuples with a
     plain index (what the type's own reads select by); ``label_column``/``detail_column``:
@@ -98,7 +104,8 @@ class ObjectType:
 
     Raises :class:`ValueError` when the declaration is inconsistent: an
     unknown state in a transition, a transition out of a final state, a
-    state no transition reaches, a name that is not ``snake_case``.
+    state no transition reaches, a name that is not ``snake_case``, a
+    ``row`` that is not a frozen dataclass of column types.
     """
 
     name: str
@@ -107,7 +114,7 @@ class ObjectType:
     initial: str
     final: tuple[str, ...]
     transitions: tuple[tuple[str, str], ...]
-    columns: tuple[tuple[str, str], ...] = ()
+    row: type[R]
     unique: tuple[tuple[str, ...], ...] = ()
     indexes: tuple[tuple[str, ...], ...] = ()
     attention_states: tuple[str, ...] = ()
@@ -116,13 +123,21 @@ class ObjectType:
     _by_pair: dict[tuple[str, str], Transition] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
+    #: The type's own columns, in table order.
+    own: tuple[Column, ...] = field(init=False, repr=False, compare=False)
+    #: The type's own columns ``(name, SQL declaration)``, in table order.
+    columns: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
     #: Every column, common ones first, in table order.
     column_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
-    #: The names of the type's own columns.
-    own_columns: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"object type {self.name!r}"
+        try:
+            declared = columns_of(self.row)
+        except TypeError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        object.__setattr__(self, "own", declared)
+        object.__setattr__(self, "columns", tuple((c.name, c.declaration) for c in declared))
         names = [self.name, *self.states, *(c for c, _ in self.columns)]
         for name in names:
             if not _NAME.fullmatch(name):
@@ -158,7 +173,6 @@ class ObjectType:
         object.__setattr__(
             self, "column_names", tuple(c for c, _ in (*COMMON_COLUMNS, *self.columns))
         )
-        object.__setattr__(self, "own_columns", frozenset(own))
 
     @property
     def table(self) -> str:
@@ -182,6 +196,23 @@ class ObjectType:
             raise ValueError(
                 f"object type {self.name!r} has no transition {source} -> {target}"
             ) from None
+
+    def decode(self, values: Sequence[Value]) -> R:
+        """The row of stored own-column ``values`` (in table order)."""
+        return self.row(**{c.name: c.decode(v) for c, v in zip(self.own, values, strict=True)})
+
+    def encode(self, row: R) -> dict[str, Value]:
+        """``{column: stored value}`` of every own column of ``row``."""
+        return {c.name: c.encode(getattr(row, c.name)) for c in self.own}
+
+    def changes(self, old: R, new: R) -> dict[str, Value]:
+        """``{column: stored value}`` of the own columns ``new`` changes from ``old``."""
+        changed: dict[str, Value] = {}
+        for column in self.own:
+            value: Any = getattr(new, column.name)
+            if value != getattr(old, column.name):
+                changed[column.name] = column.encode(value)
+        return changed
 
     def mermaid(self) -> str:
         """The state diagram in mermaid's ``stateDiagram-v2`` syntax (for the README)."""

@@ -32,7 +32,7 @@ def _one(conn: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> Any:
 
 
 def _type_report(
-    conn: sqlite3.Connection, object_type: ObjectType, now: str, listed: int
+    conn: sqlite3.Connection, object_type: ObjectType[Any], now: str, listed: int
 ) -> dict[str, Any]:
     table = object_type.table
     states = read_counts(conn, [object_type])[object_type.name]
@@ -84,7 +84,7 @@ def _type_report(
 
 def read_report(
     conn: sqlite3.Connection,
-    object_types: Iterable[ObjectType],
+    object_types: Iterable[ObjectType[Any]],
     now: datetime,
     *,
     listed: int = LISTED,

@@ -12,7 +12,7 @@ import json
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from gateway.jobs.model import COMMON_COLUMNS, ObjectType
 
@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS jobs_object_types (
 )"""
 
 
-def _table_sql(object_type: ObjectType) -> list[str]:
+def _table_sql(object_type: ObjectType[Any]) -> list[str]:
     table = object_type.table
     columns = ",\n    ".join(f"{c} {decl}" for c, decl in (*COMMON_COLUMNS, *object_type.columns))
     statements = [
@@ -75,7 +75,7 @@ def _table_sql(object_type: ObjectType) -> list[str]:
     return statements
 
 
-def create_schema(conn: sqlite3.Connection, object_types: Iterable[ObjectType]) -> None:
+def create_schema(conn: sqlite3.Connection, object_types: Iterable[ObjectType[Any]]) -> None:
     """Create the tables of ``object_types`` if missing.
 
     One ``BEGIN IMMEDIATE`` transaction; idempotent, safe to run from several

@@ -51,7 +51,7 @@ class JobsSettings:
       for files with fewer safe copies than ``store.retention.copies`` (it
       waits while the batches it made are still being copied).
     - ``replicate_max_tick_s``: the tick limit (and lease) of a replication
-      worker and of a copier, and of the director up to 600 s: a copier
+      batch and of a copy, and of the director up to 600 s: a copy
       starts copies of its group for half of it and leaves the rest to its
       next tick, so one copy (of the largest file, to the slowest storage)
       must fit in the other half.

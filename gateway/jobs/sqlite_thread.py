@@ -29,8 +29,8 @@ class SqliteThread(Generic[_H]):
     """``opener()`` makes the handle (a connection, or an object holding one:
     ``connection(handle)`` gives it, ``closer(handle)`` closes it), on the thread.
 
-    ``name`` names the thread (``thread_name_prefix``). After :meth:`close` (or
-    :meth:`close_blocking`) a call raises :class:`RuntimeError`.
+    ``name`` names the thread (``thread_name_prefix``). After :meth:`close` a
+    call raises :class:`RuntimeError`.
     """
 
     def __init__(
@@ -96,9 +96,4 @@ class SqliteThread(Generic[_H]):
     async def close(self) -> None:
         """Close the handle after the calls already made, then the thread."""
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
-        self._executor.shutdown(wait=True)
-
-    def close_blocking(self) -> None:
-        """:meth:`close` for a blocking caller (it waits for the call in flight)."""
-        self._executor.submit(self._close).result()
         self._executor.shutdown(wait=True)

@@ -16,8 +16,8 @@ from gateway.jobs.hooks import hookimpl
 from gateway.store.integrity.scrub import ScrubActor
 from gateway.store.migration.actor import MigrateActor
 from gateway.store.online_import import ImportActor
-from gateway.store.replication.batch import ReplicationWorker
-from gateway.store.replication.copy import CopierActor
+from gateway.store.replication.batch import BatchActor
+from gateway.store.replication.copy import CopyActor
 from gateway.store.replication.director_actor import DirectorActor
 
 __all__ = ["ACTOR_TYPES", "get_actor_types"]
@@ -27,8 +27,8 @@ ACTOR_TYPES: Final[Mapping[str, type[ActorType]]] = {
     "scrub": ScrubActor,
     "migrate": MigrateActor,
     "replication_director": DirectorActor,
-    "replication_worker": ReplicationWorker,
-    "replication_copier": CopierActor,
+    "replication_batch": BatchActor,
+    "replication_copy": CopyActor,
 }
 
 

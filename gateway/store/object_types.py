@@ -1,7 +1,10 @@
 """The store's object types, declared once as data, and the writes a closing file makes.
 
 Each :class:`~gateway.jobs.model.ObjectType` names its states, transitions and
-own columns (ArchiveBox's lifecycle model); the jobs engine creates the tables
+own columns (ArchiveBox's lifecycle model; the rows are
+:mod:`gateway.store.job_rows`), and each transition is named once, by a
+constant below (``BATCH_COPYING_TO_DONE``), which the actors pass to
+:meth:`~gateway.jobs.actors.ActorType.transition`. The jobs engine creates the tables
 from these declarations (:func:`gateway.jobs.schema.create_schema`) and the actor
 types that tick them live with the work they do: :mod:`gateway.store.online_import`
 (``IMPORT``), :mod:`gateway.store.integrity.scrub` (``SCRUB``),
@@ -21,20 +24,61 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from gateway.jobs.db import format_time
 from gateway.jobs.model import ObjectType
+from gateway.store.job_rows import (
+    BatchColumns,
+    CopyColumns,
+    DirectorColumns,
+    ImportColumns,
+    MigrateColumns,
+    ScrubColumns,
+)
 
 __all__ = [
     "BATCH",
+    "BATCH_COPYING_TO_COPYING",
+    "BATCH_COPYING_TO_DONE",
+    "BATCH_COPYING_TO_UNSAFE",
+    "BATCH_QUEUED_TO_COPYING",
+    "BATCH_QUEUED_TO_DONE",
+    "BATCH_QUEUED_TO_UNSAFE",
     "COPY",
+    "COPY_QUEUED_TO_DONE",
+    "COPY_QUEUED_TO_FAILED",
+    "COPY_QUEUED_TO_QUEUED",
     "DIRECTOR",
+    "DIRECTOR_WAITING_TO_WAITING",
     "FIRST_INTERVAL_S",
     "IMPORT",
+    "IMPORT_QUEUED_TO_FAILED",
+    "IMPORT_QUEUED_TO_REFUSED",
+    "IMPORT_QUEUED_TO_VERIFIED",
+    "IMPORT_VERIFIED_TO_FAILED",
+    "IMPORT_VERIFIED_TO_IMPORTED",
+    "IMPORT_VERIFIED_TO_PRESENT",
+    "IMPORT_VERIFIED_TO_REFUSED",
     "MIGRATE",
+    "MIGRATE_CURRENT_TO_MOVING",
+    "MIGRATE_CURRENT_TO_SUPERSEDED",
+    "MIGRATE_MOVING_TO_CURRENT",
+    "MIGRATE_MOVING_TO_MOVING",
+    "MIGRATE_MOVING_TO_SUPERSEDED",
+    "MIGRATE_MOVING_TO_WAITING",
+    "MIGRATE_WAITING_TO_MOVING",
+    "MIGRATE_WAITING_TO_SUPERSEDED",
     "OBJECT_TYPES",
     "SCRUB",
+    "SCRUB_DAMAGED_TO_MISSING",
+    "SCRUB_DAMAGED_TO_VERIFYING",
+    "SCRUB_GOOD_TO_MISSING",
+    "SCRUB_GOOD_TO_VERIFYING",
+    "SCRUB_VERIFYING_TO_DAMAGED",
+    "SCRUB_VERIFYING_TO_GOOD",
+    "SCRUB_VERIFYING_TO_MISSING",
+    "SCRUB_VERIFYING_TO_VERIFYING",
     "write_director_wake",
     "write_scrub_of_closed_file",
     "write_scrub_recheck",
@@ -56,23 +100,22 @@ SCRUB: Final = ObjectType(
         ("damaged", "verifying"),
         ("damaged", "missing"),
     ),
-    columns=(
-        ("file_name", "TEXT NOT NULL"),
-        ("resume_offset", "INTEGER NOT NULL DEFAULT 0"),
-        ("pass_started_at", "TEXT"),
-        ("pass_records", "INTEGER NOT NULL DEFAULT 0"),
-        ("pass_problems", "TEXT NOT NULL DEFAULT '[]'"),
-        ("verified_at", "TEXT"),
-        ("records", "INTEGER NOT NULL DEFAULT 0"),
-        ("problems", "TEXT NOT NULL DEFAULT '[]'"),
-        ("result", "TEXT NOT NULL DEFAULT ''"),
-        ("passes", "INTEGER NOT NULL DEFAULT 0"),
-    ),
+    row=ScrubColumns,
     unique=(("file_name",),),
     attention_states=("damaged",),
     label_column="file_name",
     detail_column="result",
 )
+
+# The transitions of scrub, each named once by its constant.
+SCRUB_VERIFYING_TO_VERIFYING: Final = SCRUB.transition("verifying", "verifying")
+SCRUB_VERIFYING_TO_GOOD: Final = SCRUB.transition("verifying", "good")
+SCRUB_VERIFYING_TO_DAMAGED: Final = SCRUB.transition("verifying", "damaged")
+SCRUB_VERIFYING_TO_MISSING: Final = SCRUB.transition("verifying", "missing")
+SCRUB_GOOD_TO_VERIFYING: Final = SCRUB.transition("good", "verifying")
+SCRUB_GOOD_TO_MISSING: Final = SCRUB.transition("good", "missing")
+SCRUB_DAMAGED_TO_VERIFYING: Final = SCRUB.transition("damaged", "verifying")
+SCRUB_DAMAGED_TO_MISSING: Final = SCRUB.transition("damaged", "missing")
 
 
 #: When a file verified on import is first verified again (``scrub_interval_days``
@@ -119,24 +162,21 @@ IMPORT: Final = ObjectType(
         ("verified", "refused"),
         ("verified", "failed"),
     ),
-    columns=(
-        ("batch", "TEXT NOT NULL DEFAULT ''"),
-        ("source_path", "TEXT NOT NULL"),
-        ("name", "TEXT NOT NULL DEFAULT ''"),
-        ("size", "INTEGER NOT NULL DEFAULT 0"),
-        ("sha256", "TEXT NOT NULL DEFAULT ''"),
-        ("date", "TEXT"),
-        ("records", "INTEGER NOT NULL DEFAULT 0"),
-        ("notes", "TEXT NOT NULL DEFAULT '[]'"),
-        ("stored_as", "TEXT NOT NULL DEFAULT ''"),
-        ("captures", "INTEGER NOT NULL DEFAULT 0"),
-        ("reason", "TEXT NOT NULL DEFAULT ''"),
-    ),
+    row=ImportColumns,
     indexes=(("batch",),),
     attention_states=("refused", "failed"),
     label_column="source_path",
     detail_column="reason",
 )
+
+# The transitions of import, each named once by its constant.
+IMPORT_QUEUED_TO_VERIFIED: Final = IMPORT.transition("queued", "verified")
+IMPORT_QUEUED_TO_REFUSED: Final = IMPORT.transition("queued", "refused")
+IMPORT_QUEUED_TO_FAILED: Final = IMPORT.transition("queued", "failed")
+IMPORT_VERIFIED_TO_IMPORTED: Final = IMPORT.transition("verified", "imported")
+IMPORT_VERIFIED_TO_PRESENT: Final = IMPORT.transition("verified", "present")
+IMPORT_VERIFIED_TO_REFUSED: Final = IMPORT.transition("verified", "refused")
+IMPORT_VERIFIED_TO_FAILED: Final = IMPORT.transition("verified", "failed")
 
 
 DIRECTOR: Final = ObjectType(
@@ -147,22 +187,19 @@ DIRECTOR: Final = ObjectType(
     initial="waiting",
     final=(),
     transitions=(("waiting", "waiting"),),
-    columns=(
-        ("policy", "TEXT NOT NULL"),
-        ("passes", "INTEGER NOT NULL DEFAULT 0"),
-        ("last_pass_at", "TEXT"),
-        ("last_batches", "INTEGER NOT NULL DEFAULT 0"),
-        ("last_files", "INTEGER NOT NULL DEFAULT 0"),
-    ),
+    row=DirectorColumns,
     unique=(("policy",),),
     label_column="policy",
 )
 
+# The transitions of replication_director, each named once by its constant.
+DIRECTOR_WAITING_TO_WAITING: Final = DIRECTOR.transition("waiting", "waiting")
+
 
 BATCH: Final = ObjectType(
     name="replication_batch",
-    description="a replication worker's batch: its files' copies planned, claimed and handed"
-    " to copiers, until each file has its safe copies",
+    description="a batch of files: their copies planned, claimed and handed to copy objects,"
+    " until each file has its safe copies",
     states=("queued", "copying", "done", "unsafe"),
     initial="queued",
     final=("done", "unsafe"),
@@ -174,59 +211,40 @@ BATCH: Final = ObjectType(
         ("copying", "done"),
         ("copying", "unsafe"),
     ),
-    # rounds: the most rounds one of its copy objects took; deferred: files its
-    # copiers left to a later tick; pending: the groups handed to copy objects,
-    # [[source, destination, mtime, [[name, replace], ...]], ...].
-    columns=(
-        ("pass_id", "TEXT NOT NULL"),
-        ("file_ids", "TEXT NOT NULL"),
-        ("max_rounds", "INTEGER NOT NULL DEFAULT 6"),
-        ("replace_conflicts", "INTEGER NOT NULL DEFAULT 0"),
-        ("rounds", "INTEGER NOT NULL DEFAULT 0"),
-        ("deferred", "INTEGER NOT NULL DEFAULT 0"),
-        ("files", "INTEGER NOT NULL DEFAULT 0"),
-        ("outcomes", "TEXT NOT NULL DEFAULT '{}'"),
-        ("bytes_copied", "INTEGER NOT NULL DEFAULT 0"),
-        ("problems", "TEXT NOT NULL DEFAULT '{}'"),
-        ("pending", "TEXT NOT NULL DEFAULT '[]'"),
-        ("result", "TEXT NOT NULL DEFAULT ''"),
-    ),
+    row=BatchColumns,
     indexes=(("pass_id",),),
     attention_states=("unsafe",),
     label_column="pass_id",
     detail_column="result",
 )
 
+# The transitions of replication_batch, each named once by its constant.
+BATCH_QUEUED_TO_COPYING: Final = BATCH.transition("queued", "copying")
+BATCH_QUEUED_TO_DONE: Final = BATCH.transition("queued", "done")
+BATCH_QUEUED_TO_UNSAFE: Final = BATCH.transition("queued", "unsafe")
+BATCH_COPYING_TO_COPYING: Final = BATCH.transition("copying", "copying")
+BATCH_COPYING_TO_DONE: Final = BATCH.transition("copying", "done")
+BATCH_COPYING_TO_UNSAFE: Final = BATCH.transition("copying", "unsafe")
+
 
 COPY: Final = ObjectType(
     name="replication_copy",
-    description="a copier's group: files of one batch copied from one source to one destination",
+    description="a group of a batch: its files copied from one source to one destination",
     states=("queued", "done", "failed"),
     initial="queued",
     final=("done", "failed"),
     transitions=(("queued", "queued"), ("queued", "done"), ("queued", "failed")),
-    # files: the group, [name, ...]; todo: what is left of this round, and retry: what
-    # failed transiently in it, each [[name, replace, claimed mtime], ...].
-    columns=(
-        ("batch_id", "INTEGER NOT NULL"),
-        ("source", "TEXT NOT NULL"),
-        ("destination", "TEXT NOT NULL"),
-        ("mtime", "REAL NOT NULL"),
-        ("max_rounds", "INTEGER NOT NULL DEFAULT 6"),
-        ("files", "TEXT NOT NULL"),
-        ("todo", "TEXT NOT NULL"),
-        ("retry", "TEXT NOT NULL DEFAULT '[]'"),
-        ("rounds", "INTEGER NOT NULL DEFAULT 0"),
-        ("outcomes", "TEXT NOT NULL DEFAULT '{}'"),
-        ("bytes_copied", "INTEGER NOT NULL DEFAULT 0"),
-        ("problems", "TEXT NOT NULL DEFAULT '{}'"),
-        ("result", "TEXT NOT NULL DEFAULT ''"),
-    ),
+    row=CopyColumns,
     unique=(("batch_id", "source", "destination"),),
     attention_states=("failed",),
     label_column="destination",
     detail_column="result",
 )
+
+# The transitions of replication_copy, each named once by its constant.
+COPY_QUEUED_TO_QUEUED: Final = COPY.transition("queued", "queued")
+COPY_QUEUED_TO_DONE: Final = COPY.transition("queued", "done")
+COPY_QUEUED_TO_FAILED: Final = COPY.transition("queued", "failed")
 
 
 def write_director_wake(conn: sqlite3.Connection, now: datetime) -> int:
@@ -256,26 +274,26 @@ MIGRATE: Final = ObjectType(
         ("waiting", "superseded"),
         ("current", "superseded"),
     ),
-    columns=(
-        ("fs_version", "INTEGER NOT NULL"),
-        ("cursor_id", "INTEGER"),
-        ("pass_started_at", "TEXT"),
-        ("processed", "INTEGER NOT NULL DEFAULT 0"),
-        ("migrated", "INTEGER NOT NULL DEFAULT 0"),
-        ("merged", "INTEGER NOT NULL DEFAULT 0"),
-        ("left_behind", "INTEGER NOT NULL DEFAULT 0"),
-        ("passes", "INTEGER NOT NULL DEFAULT 0"),
-        ("result", "TEXT NOT NULL DEFAULT ''"),
-    ),
+    row=MigrateColumns,
     unique=(("fs_version",),),
     attention_states=("waiting",),
     label_column="fs_version",
     detail_column="result",
 )
 
+# The transitions of migrate, each named once by its constant.
+MIGRATE_MOVING_TO_MOVING: Final = MIGRATE.transition("moving", "moving")
+MIGRATE_MOVING_TO_CURRENT: Final = MIGRATE.transition("moving", "current")
+MIGRATE_MOVING_TO_WAITING: Final = MIGRATE.transition("moving", "waiting")
+MIGRATE_WAITING_TO_MOVING: Final = MIGRATE.transition("waiting", "moving")
+MIGRATE_CURRENT_TO_MOVING: Final = MIGRATE.transition("current", "moving")
+MIGRATE_MOVING_TO_SUPERSEDED: Final = MIGRATE.transition("moving", "superseded")
+MIGRATE_WAITING_TO_SUPERSEDED: Final = MIGRATE.transition("waiting", "superseded")
+MIGRATE_CURRENT_TO_SUPERSEDED: Final = MIGRATE.transition("current", "superseded")
+
 
 #: Every object type of the store, in the order their tables are created.
-OBJECT_TYPES: Final[tuple[ObjectType, ...]] = (IMPORT, SCRUB, MIGRATE, DIRECTOR, BATCH, COPY)
+OBJECT_TYPES: Final[tuple[ObjectType[Any], ...]] = (IMPORT, SCRUB, MIGRATE, DIRECTOR, BATCH, COPY)
 
 
 def write_scrub_recheck(conn: sqlite3.Connection, file_name: str, now: datetime) -> int:

@@ -29,16 +29,15 @@ so the file then ends ``imported`` or ``present``.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
-from gateway.jobs.db import JobObject, Value, utcnow, write_objects
+from gateway.jobs.db import JobObject, utcnow, write_objects
 from gateway.jobs.hooks import Hooks
 from gateway.jobs.jobs_db import JobsDB
 from gateway.jobs.settings import JobsSettings
@@ -52,8 +51,17 @@ from gateway.store.importer import (
     stage,
     verify_source,
 )
+from gateway.store.job_rows import ImportColumns
 from gateway.store.layout import Layout
-from gateway.store.object_types import IMPORT, OBJECT_TYPES
+from gateway.store.object_types import (
+    IMPORT,
+    IMPORT_QUEUED_TO_REFUSED,
+    IMPORT_QUEUED_TO_VERIFIED,
+    IMPORT_VERIFIED_TO_IMPORTED,
+    IMPORT_VERIFIED_TO_PRESENT,
+    IMPORT_VERIFIED_TO_REFUSED,
+    OBJECT_TYPES,
+)
 from gateway.store.recovery import lock_staged
 from gateway.store.settings import StoreSettings
 from gateway.store.store_actor import StoreActorType, StoreContext
@@ -82,7 +90,7 @@ def write_import_objects(
     The paths are stored as given: make them absolute first, since another
     process (a server in another directory) may be the one to import them.
     """
-    rows = [{"batch": batch, "source_path": str(p), "name": p.name} for p in sources]
+    rows = [ImportColumns(batch=batch, source_path=str(p), name=p.name) for p in sources]
     return write_objects(conn, IMPORT, utcnow(), rows)
 
 
@@ -90,22 +98,24 @@ def write_verified_import_objects(
     conn: sqlite3.Connection, sources: Sequence[VerifiedSource], batch: str
 ) -> list[int]:
     """Hand in files already verified (by ``store add`` itself): ``verified`` objects, due now."""
-    rows = [{"batch": batch, "source_path": str(v.path), **_verified_values(v)} for v in sources]
+    rows = [_verified(ImportColumns(batch=batch, source_path=str(v.path)), v) for v in sources]
     return write_objects(conn, IMPORT, utcnow(), rows, status="verified")
 
 
-def _verified_values(source: VerifiedSource) -> dict[str, Value]:
-    return {
-        "name": source.name,
-        "size": source.size,
-        "sha256": source.sha256,
-        "date": source.date,
-        "records": source.records,
-        "notes": json.dumps(list(source.notes)),
-    }
+def _verified(row: ImportColumns, source: VerifiedSource) -> ImportColumns:
+    """``row`` with what verifying its file found."""
+    return replace(
+        row,
+        name=source.name,
+        size=source.size,
+        sha256=source.sha256,
+        date=source.date,
+        records=source.records,
+        notes=tuple(source.notes),
+    )
 
 
-def read_batch(conn: sqlite3.Connection, batch: str) -> list[JobObject]:
+def read_batch(conn: sqlite3.Connection, batch: str) -> list[JobObject[ImportColumns]]:
     """The import objects of ``batch``, in the order they were handed in."""
     rows = conn.execute(
         f"SELECT {', '.join(IMPORT.column_names)} FROM {IMPORT.table} WHERE batch = ? ORDER BY id",
@@ -142,28 +152,30 @@ def verify(
         return Refused("\n".join(exc.problems))
 
 
-def stage_and_publish(layout: Layout, index: IndexDB, obj: JobObject) -> ImportResult | Refused:
+def stage_and_publish(
+    layout: Layout, index: IndexDB, obj: JobObject[ImportColumns]
+) -> ImportResult | Refused:
     """The ``verified`` tick's work (blocking): :func:`stage` then :func:`publish`.
 
     Raises :class:`ImportBusy` while another live process imports a file of
     the same name (its staging lock is held): the tick is retried later.
     """
-    name = str(obj["name"])
-    row = index.file_by_name(name)
-    if row is not None and row.state == "importing":
+    name = obj.row.name
+    file = index.file_by_name(name)
+    if file is not None and file.state == "importing":
         fd = lock_staged(layout.staging_path(name), create=False)
         if fd is None and layout.staging_path(name).exists():
             raise ImportBusy(f"{name} is being imported by another process; trying again later")
         if fd is not None:
             os.close(fd)  # a dead import: stage() finishes or undoes it
     source = VerifiedSource(
-        path=Path(str(obj["source_path"])),
+        path=Path(obj.row.source_path),
         name=name,
-        size=int(obj["size"] or 0),
-        sha256=str(obj["sha256"]),
-        date=str(obj["date"]) if obj["date"] else None,
-        records=int(obj["records"] or 0),
-        notes=tuple(json.loads(str(obj["notes"]))),
+        size=obj.row.size,
+        sha256=obj.row.sha256,
+        date=obj.row.date or None,
+        records=obj.row.records,
+        notes=obj.row.notes,
     )
     try:
         staged = stage(layout, index, source)
@@ -195,56 +207,30 @@ class ImportActor(StoreActorType):
     def limits(cls, settings: JobsSettings) -> tuple[int, float]:
         return settings.import_max_concurrent, settings.import_max_tick_s
 
-    async def tick(self, obj: JobObject) -> None:
+    async def tick(self, obj: JobObject[ImportColumns]) -> None:
+        row = obj.row
         if obj.status == "queued":
-            path = Path(str(obj["source_path"]))
+            path = Path(row.source_path)
             checked = await in_thread(lambda cancel: verify(path, cancel.is_set, None))
             if isinstance(checked, Refused):
-                await self.transition_import_queued_to_refused(obj, checked.reason)
+                values = replace(row, reason=checked.reason)
+                await self.transition(obj, IMPORT_QUEUED_TO_REFUSED, retry_at=None, values=values)
             else:
-                await self.transition_import_queued_to_verified(obj, checked)
+                values = _verified(row, checked)
+                await self.transition(
+                    obj, IMPORT_QUEUED_TO_VERIFIED, retry_at=utcnow(), values=values
+                )
             return
         done = await asyncio.to_thread(stage_and_publish, self.layout, self.index, obj)
         if isinstance(done, Refused):
-            await self.transition_import_verified_to_refused(obj, done.reason)
+            values = replace(row, reason=done.reason)
+            await self.transition(obj, IMPORT_VERIFIED_TO_REFUSED, retry_at=None, values=values)
         elif done.already_present:
-            await self.transition_import_verified_to_present(obj, done.name)
+            values = replace(row, stored_as=done.name)
+            await self.transition(obj, IMPORT_VERIFIED_TO_PRESENT, retry_at=None, values=values)
         else:
-            await self.transition_import_verified_to_imported(obj, done)
-
-    # -------------------------------------------------------------- transitions
-    async def transition_import_queued_to_verified(
-        self, obj: JobObject, source: VerifiedSource
-    ) -> bool:
-        values = _verified_values(source)
-        return await self.transition(obj, "queued", "verified", retry_at=utcnow(), values=values)
-
-    async def transition_import_queued_to_refused(self, obj: JobObject, reason: str) -> bool:
-        return await self.transition(
-            obj, "queued", "refused", retry_at=None, values={"reason": reason}
-        )
-
-    async def transition_import_queued_to_failed(self, obj: JobObject, *, error: str) -> bool:
-        return await self.transition(obj, "queued", "failed", retry_at=None, error=error)
-
-    async def transition_import_verified_to_imported(
-        self, obj: JobObject, result: ImportResult
-    ) -> bool:
-        values: dict[str, Value] = {"stored_as": result.name, "captures": result.records}
-        return await self.transition(obj, "verified", "imported", retry_at=None, values=values)
-
-    async def transition_import_verified_to_present(self, obj: JobObject, stored_as: str) -> bool:
-        return await self.transition(
-            obj, "verified", "present", retry_at=None, values={"stored_as": stored_as}
-        )
-
-    async def transition_import_verified_to_refused(self, obj: JobObject, reason: str) -> bool:
-        return await self.transition(
-            obj, "verified", "refused", retry_at=None, values={"reason": reason}
-        )
-
-    async def transition_import_verified_to_failed(self, obj: JobObject, *, error: str) -> bool:
-        return await self.transition(obj, "verified", "failed", retry_at=None, error=error)
+            values = replace(row, stored_as=done.name, captures=done.records)
+            await self.transition(obj, IMPORT_VERIFIED_TO_IMPORTED, retry_at=None, values=values)
 
 
 # ------------------------------------------------------------------ store add
@@ -260,7 +246,7 @@ class AddReport:
     order) and the files settled before (:data:`Settled`)."""
 
     batch: str
-    objects: list[JobObject]
+    objects: list[JobObject[ImportColumns]]
     settled: list[Settled]
 
     def count(self, status: str) -> int:
@@ -295,9 +281,9 @@ async def add_files(
     *,
     settings: JobsSettings | None = None,
     wait: bool = True,
-    on_final: Callable[[JobObject], None] | None = None,
+    on_final: Callable[[JobObject[ImportColumns]], None] | None = None,
     on_settled: Callable[[Settled], None] | None = None,
-    on_waiting: Callable[[list[JobObject]], None] | None = None,
+    on_waiting: Callable[[list[JobObject[ImportColumns]]], None] | None = None,
     progress: Progress | None = None,
     poll_s: float = 0.2,
 ) -> AddReport:
@@ -384,7 +370,7 @@ async def _hand_in(
     verified: Sequence[VerifiedSource],
     *,
     wait: bool,
-) -> tuple[str, list[JobObject]]:
+) -> tuple[str, list[JobObject[ImportColumns]]]:
     """Open the jobs database and write a new batch's objects (``verified`` with ``wait``,
     else ``sources``, queued); returns the batch's id and its objects as written."""
     try:
@@ -404,10 +390,10 @@ async def _import_batch(
     root: Path,
     batch: str,
     settings: JobsSettings | None,
-    on_final: Callable[[JobObject], None] | None,
-    on_waiting: Callable[[list[JobObject]], None] | None,
+    on_final: Callable[[JobObject[ImportColumns]], None] | None,
+    on_waiting: Callable[[list[JobObject[ImportColumns]]], None] | None,
     poll_s: float,
-) -> list[JobObject]:
+) -> list[JobObject[ImportColumns]]:
     """Run an import actor of this process over ``batch`` until every object of it is
     final (others' actors may take some); returns the objects, final."""
     hooks = Hooks()

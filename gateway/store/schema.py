@@ -35,7 +35,7 @@ The schema after every step (``sqlite3 index.sqlite3 .schema`` shows it)::
     jobs_migrate                                                -- step 5
         (the migrator's objects: :mod:`gateway.store.migration.actor`)
     jobs_replication_copy                                       -- step 6
-        (the replication copier's objects: :mod:`gateway.store.replication.copy`)
+        (the replication copy objects: :mod:`gateway.store.replication.copy`)
 
 :mod:`gateway.store.rows` says what each column of ``files`` and ``captures``
 means, :mod:`gateway.store.replication.copy_status` those of ``copies`` and ``publications``.
@@ -251,7 +251,7 @@ def add_copy_status(conn: sqlite3.Connection) -> None:
     neither a change of the file's bytes nor a later file of the same name.
     The partial index serves the scrub (least recently verified first).
     ``jobs_replication_director`` and ``jobs_replication_batch``: the
-    objects of the director and the workers (:mod:`gateway.store.replication.director_actor`,
+    objects of the director and the batches (:mod:`gateway.store.replication.director_actor`,
     :mod:`gateway.store.replication.batch`).
     """
     conn.execute(
@@ -405,13 +405,13 @@ def add_migrate_table(conn: sqlite3.Connection) -> None:
 
 
 def add_copier_table(conn: sqlite3.Connection) -> None:
-    """Step 6: the replication copier's objects (:mod:`gateway.store.replication.copy`),
+    """Step 6: the replication copy objects (:mod:`gateway.store.replication.copy`),
     one per (source, destination) group of a batch, and the batch's new state
     ``copying`` (it waits there for its copy objects).
 
     Written out like steps 3 to 5, and held equal to the declaration by the same
     test. A batch of the release before left ``queued`` is planned afresh by the
-    new worker (copies it claimed count as under way until ``archival_max_age_s``).
+    new batch actor (copies it claimed count as under way until ``archival_max_age_s``).
     """
     statements = (
         """CREATE TABLE IF NOT EXISTS jobs_replication_copy (

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,6 @@ async def run_until(
         await asyncio.wait_for(task, within_s)
 
 
-async def counts(db: JobsDB, object_type: ObjectType) -> dict[str, int]:
+async def counts(db: JobsDB, object_type: ObjectType[Any]) -> dict[str, int]:
     """``{state: count}`` of ``object_type``."""
     return (await db.call(read_counts, [object_type]))[object_type.name]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Final
 
@@ -28,6 +29,17 @@ from gateway.jobs.actors import ActorType
 from gateway.jobs.db import JobObject
 from gateway.jobs.hooks import hookimpl
 from gateway.jobs.model import ObjectType
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeColumns:
+    """A probe object's own columns (see the module docstring)."""
+
+    effects_dir: str = ""
+    sleep_s: float = 0.0
+    fail_times: int = 0
+    hang_times: int = 0
+
 
 PROBE: Final = ObjectType(
     name="probe",
@@ -41,16 +53,13 @@ PROBE: Final = ObjectType(
         ("working", "done"),
         ("working", "failed"),
     ),
-    columns=(
-        ("effects_dir", "TEXT NOT NULL DEFAULT ''"),
-        ("sleep_s", "REAL NOT NULL DEFAULT 0"),
-        ("fail_times", "INTEGER NOT NULL DEFAULT 0"),
-        ("hang_times", "INTEGER NOT NULL DEFAULT 0"),
-    ),
+    row=ProbeColumns,
     attention_states=("failed",),
     label_column="effects_dir",
     detail_column="last_error",
 )
+PROBE_QUEUED_TO_WORKING: Final = PROBE.transition("queued", "working")
+PROBE_WORKING_TO_DONE: Final = PROBE.transition("working", "done")
 
 
 def _append(path: Path, line: str) -> None:
@@ -61,9 +70,9 @@ def _append(path: Path, line: str) -> None:
         os.close(fd)
 
 
-def do_work(obj: JobObject) -> None:
+def do_work(obj: JobObject[ProbeColumns]) -> None:
     """The probe's effect: ``<id>.work`` made once (create-only), each run logged."""
-    effects = str(obj["effects_dir"])
+    effects = obj.row.effects_dir
     if not effects:
         return
     directory = Path(effects)
@@ -92,33 +101,21 @@ class ProbeActor(ActorType):
     max_attempts = 3
     give_up_state = "failed"
 
-    async def tick(self, obj: JobObject) -> None:
+    async def tick(self, obj: JobObject[ProbeColumns]) -> None:
         if obj.status == "queued":
-            await asyncio.sleep(float(obj["sleep_s"] or 0))
-            if obj.attempts < int(obj["hang_times"] or 0):
+            await asyncio.sleep(obj.row.sleep_s)
+            if obj.attempts < obj.row.hang_times:
                 await asyncio.sleep(3600)
-            if obj.attempts < int(obj["fail_times"] or 0):
+            if obj.attempts < obj.row.fail_times:
                 raise RuntimeError(f"probe {obj.id} fails on purpose (attempt {obj.attempts + 1})")
             await asyncio.to_thread(do_work, obj)
-            await self.transition_probe_queued_to_working(obj)
+            await self.transition(obj, PROBE_QUEUED_TO_WORKING, retry_at=self.due_in(0))
         else:
-            await self.transition_probe_working_to_done(obj)
-
-    async def transition_probe_queued_to_working(self, obj: JobObject) -> bool:
-        return await self.transition(obj, "queued", "working", retry_at=self.due_in(0))
-
-    async def transition_probe_working_to_done(self, obj: JobObject) -> bool:
-        return await self.transition(obj, "working", "done", retry_at=None)
-
-    async def transition_probe_queued_to_failed(self, obj: JobObject, *, error: str) -> bool:
-        return await self.transition(obj, "queued", "failed", retry_at=None, error=error)
-
-    async def transition_probe_working_to_failed(self, obj: JobObject, *, error: str) -> bool:
-        return await self.transition(obj, "working", "failed", retry_at=None, error=error)
+            await self.transition(obj, PROBE_WORKING_TO_DONE, retry_at=None)
 
 
-def _log_transition(obj: JobObject, name: str, won: bool) -> None:
-    effects = str(obj["effects_dir"])
+def _log_transition(obj: JobObject[ProbeColumns], name: str, won: bool) -> None:
+    effects = obj.row.effects_dir
     if won and effects:
         _append(Path(effects) / "transitions.log", f"{obj.id} {name} {os.getpid()}\n")
 
@@ -129,10 +126,14 @@ def get_actor_types() -> Sequence[type[ActorType]]:
 
 
 @hookimpl
-def on_transition_probe_queued_to_working_end(actor: ActorType, obj: JobObject, won: bool) -> None:
+def on_transition_probe_queued_to_working_end(
+    actor: ActorType, obj: JobObject[ProbeColumns], won: bool
+) -> None:
     _log_transition(obj, "queued_to_working", won)
 
 
 @hookimpl
-def on_transition_probe_working_to_done_end(actor: ActorType, obj: JobObject, won: bool) -> None:
+def on_transition_probe_working_to_done_end(
+    actor: ActorType, obj: JobObject[ProbeColumns], won: bool
+) -> None:
     _log_transition(obj, "working_to_done", won)

@@ -20,12 +20,12 @@ from gateway.jobs.actors import ActorType
 from gateway.jobs.db import JobObject, read_object, utcnow, write_object, write_objects
 from gateway.jobs.hooks import hookimpl
 from gateway.jobs.jobs_db import JobsDB
-from gateway.jobs.model import ObjectType
+from gateway.jobs.model import NoColumns, ObjectType
 from gateway.jobs.orchestrator import Orchestrator
 from gateway.jobs.settings import JobsSettings
 from tests.jobs import probe_plugin
 from tests.jobs.conftest import counts, make_context, run_until
-from tests.jobs.probe_plugin import PROBE, ProbeActor
+from tests.jobs.probe_plugin import PROBE, ProbeActor, ProbeColumns
 
 
 def _all_final(db: JobsDB, total: int) -> Any:
@@ -45,7 +45,9 @@ async def test_every_object_reaches_its_final_state_with_each_transition_once(
 ) -> None:
     effects = tmp_path / "effects"
     effects.mkdir()
-    await probe_db.call(write_objects, PROBE, utcnow(), [{"effects_dir": str(effects)}] * 200)
+    await probe_db.call(
+        write_objects, PROBE, utcnow(), [ProbeColumns(effects_dir=str(effects))] * 200
+    )
     ctx = make_context(probe_db, [ProbeActor], plugins=[probe_plugin])
     orchestrator = Orchestrator(ctx, [ProbeActor])
     await run_until(orchestrator, _all_final(probe_db, 200))
@@ -65,7 +67,7 @@ class Recorder:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int | None]] = []
 
-    def _add(self, hook: str, obj: JobObject | None = None) -> None:
+    def _add(self, hook: str, obj: JobObject[Any] | None = None) -> None:
         self.calls.append((hook, obj.id if obj is not None else None))
 
     @hookimpl
@@ -89,16 +91,16 @@ class Recorder:
         self._add("on_actor_startup")
 
     @hookimpl
-    def on_actor_tick_start(self, actor: ActorType, obj: JobObject) -> None:
+    def on_actor_tick_start(self, actor: ActorType, obj: JobObject[Any]) -> None:
         self._add("on_actor_tick_start", obj)
 
     @hookimpl
-    def on_actor_tick_end(self, actor: ActorType, obj: JobObject) -> None:
+    def on_actor_tick_end(self, actor: ActorType, obj: JobObject[Any]) -> None:
         self._add("on_actor_tick_end", obj)
 
     @hookimpl
     def on_actor_tick_exception(
-        self, actor: ActorType, obj: JobObject, error: BaseException
+        self, actor: ActorType, obj: JobObject[Any], error: BaseException
     ) -> None:
         self._add("on_actor_tick_exception", obj)
 
@@ -107,22 +109,26 @@ class Recorder:
         self._add("on_actor_shutdown")
 
     @hookimpl
-    def on_transition_probe_queued_to_working_start(self, actor: ActorType, obj: JobObject) -> None:
+    def on_transition_probe_queued_to_working_start(
+        self, actor: ActorType, obj: JobObject[Any]
+    ) -> None:
         self._add("queued_to_working_start", obj)
 
     @hookimpl
     def on_transition_probe_queued_to_working_end(
-        self, actor: ActorType, obj: JobObject, won: bool
+        self, actor: ActorType, obj: JobObject[Any], won: bool
     ) -> None:
         self._add("queued_to_working_end", obj)
 
     @hookimpl
-    def on_transition_probe_working_to_done_start(self, actor: ActorType, obj: JobObject) -> None:
+    def on_transition_probe_working_to_done_start(
+        self, actor: ActorType, obj: JobObject[Any]
+    ) -> None:
         self._add("working_to_done_start", obj)
 
     @hookimpl
     def on_transition_probe_working_to_done_end(
-        self, actor: ActorType, obj: JobObject, won: bool
+        self, actor: ActorType, obj: JobObject[Any], won: bool
     ) -> None:
         self._add("working_to_done_end", obj)
 
@@ -133,7 +139,7 @@ class OneAtATime(ProbeActor):
 
 async def test_hook_calls_arrive_in_the_specs_order(probe_db: JobsDB) -> None:
     recorder = Recorder()
-    await probe_db.call(write_object, PROBE, utcnow(), {"fail_times": 1})
+    await probe_db.call(write_object, PROBE, utcnow(), ProbeColumns(fail_times=1))
     ctx = make_context(probe_db, [OneAtATime], plugins=[recorder])
     orchestrator = Orchestrator(ctx, [OneAtATime])
 
@@ -185,7 +191,7 @@ async def test_a_tick_that_overruns_is_cancelled_and_retried_with_backoff(
     effects = tmp_path / "effects"
     effects.mkdir()
     object_id = await probe_db.call(
-        write_object, PROBE, utcnow(), {"hang_times": 2, "effects_dir": str(effects)}
+        write_object, PROBE, utcnow(), ProbeColumns(hang_times=2, effects_dir=str(effects))
     )
     orchestrator = Orchestrator(make_context(probe_db, [ShortProbe]), [ShortProbe])
     with caplog.at_level(logging.WARNING, logger="gateway.jobs"):
@@ -205,7 +211,7 @@ async def test_a_tick_that_overruns_is_cancelled_and_retried_with_backoff(
 async def test_a_tick_that_raises_is_logged_and_retried_until_it_succeeds(
     probe_db: JobsDB, caplog: pytest.LogCaptureFixture
 ) -> None:
-    object_id = await probe_db.call(write_object, PROBE, utcnow(), {"fail_times": 2})
+    object_id = await probe_db.call(write_object, PROBE, utcnow(), ProbeColumns(fail_times=2))
     orchestrator = Orchestrator(make_context(probe_db, [ProbeActor]), [ProbeActor])
     with caplog.at_level(logging.WARNING, logger="gateway.jobs"):
         await run_until(orchestrator, _all_final(probe_db, 1))
@@ -221,7 +227,7 @@ async def test_a_tick_that_raises_is_logged_and_retried_until_it_succeeds(
 async def test_after_max_attempts_the_object_gives_up(
     probe_db: JobsDB, caplog: pytest.LogCaptureFixture
 ) -> None:
-    object_id = await probe_db.call(write_object, PROBE, utcnow(), {"fail_times": 10})
+    object_id = await probe_db.call(write_object, PROBE, utcnow(), ProbeColumns(fail_times=10))
     orchestrator = Orchestrator(make_context(probe_db, [ProbeActor]), [ProbeActor])
     with caplog.at_level(logging.WARNING, logger="gateway.jobs"):
         await run_until(orchestrator, _all_final(probe_db, 1))
@@ -232,7 +238,7 @@ async def test_after_max_attempts_the_object_gives_up(
 
 
 class Lazy(ProbeActor):
-    async def tick(self, obj: JobObject) -> None:
+    async def tick(self, obj: JobObject[Any]) -> None:
         return None
 
 
@@ -248,7 +254,7 @@ async def test_a_tick_that_makes_no_transition_is_a_failure(probe_db: JobsDB) ->
 async def test_stop_lets_the_ticks_in_hand_finish_and_claims_nothing_more(
     probe_db: JobsDB,
 ) -> None:
-    await probe_db.call(write_objects, PROBE, utcnow(), [{"sleep_s": 0.3}] * 20)
+    await probe_db.call(write_objects, PROBE, utcnow(), [ProbeColumns(sleep_s=0.3)] * 20)
     recorder = Recorder()
     ctx = make_context(probe_db, [ProbeActor], plugins=[recorder])
     orchestrator = Orchestrator(ctx, [ProbeActor])
@@ -288,10 +294,11 @@ async def test_orphans_are_reported_once(
         initial="new",
         final=("gone",),
         transitions=(("new", "gone"),),
+        row=NoColumns,
     )
     other = JobsDB(probe_db.path, [ghost])
     await other.open()
-    await other.call(write_objects, ghost, utcnow(), [{}] * 3)
+    await other.call(write_objects, ghost, utcnow(), [NoColumns()] * 3)
     await other.close()
     now = utcnow()
     await probe_db.call(
@@ -338,14 +345,14 @@ async def test_an_idle_orchestrator_sleeps_and_wakes_when_asked(probe_db: JobsDB
 
 class Broken:
     @hookimpl
-    def on_actor_tick_start(self, actor: ActorType, obj: JobObject) -> None:
+    def on_actor_tick_start(self, actor: ActorType, obj: JobObject[Any]) -> None:
         raise ValueError("a plugin bug")
 
 
 async def test_a_failing_hook_is_logged_and_the_work_goes_on(
     probe_db: JobsDB, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await probe_db.call(write_objects, PROBE, utcnow(), [{}] * 3)
+    await probe_db.call(write_objects, PROBE, utcnow(), [ProbeColumns()] * 3)
     ctx = make_context(probe_db, [ProbeActor], plugins=[Broken()])
     orchestrator = Orchestrator(ctx, [ProbeActor])
     with caplog.at_level(logging.ERROR, logger="gateway.jobs"):

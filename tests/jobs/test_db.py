@@ -23,7 +23,7 @@ from gateway.jobs.db import (
     write_wake,
 )
 from gateway.jobs.schema import connect, create_schema
-from tests.jobs.probe_plugin import PROBE
+from tests.jobs.probe_plugin import PROBE, ProbeColumns
 
 ACTIVE = ("queued", "working")
 
@@ -60,8 +60,8 @@ def test_a_claim_honours_the_extra_condition(tmp_path: Path) -> None:
     conn = connect(tmp_path / "jobs.sqlite3")
     create_schema(conn, [PROBE])
     now = utcnow()
-    write_object(conn, PROBE, now, {"effects_dir": "a"})
-    mine = write_object(conn, PROBE, now, {"effects_dir": "b"})
+    write_object(conn, PROBE, now, ProbeColumns(effects_dir="a"))
+    mine = write_object(conn, PROBE, now, ProbeColumns(effects_dir="b"))
     claimed = write_claim(conn, PROBE, ACTIVE, now, 5.0, "me", where=("effects_dir = ?", ["b"]))
     assert claimed is not None
     assert claimed.id == mine
@@ -76,7 +76,7 @@ def test_concurrent_claims_from_many_connections_never_share_an_object(tmp_path:
     setup = connect(path)
     create_schema(setup, [PROBE])
     now = utcnow()
-    write_objects(setup, PROBE, now, [{}] * 400)
+    write_objects(setup, PROBE, now, [ProbeColumns()] * 400)
     claimed: list[list[int]] = [[] for _ in range(4)]
 
     def claim_all(slot: int) -> None:
@@ -142,7 +142,7 @@ def test_reads_queue_length_next_retry_counts_and_orphans(tmp_path: Path) -> Non
     conn = connect(tmp_path / "jobs.sqlite3")
     create_schema(conn, [PROBE])
     now = utcnow()
-    write_objects(conn, PROBE, now, [{}] * 5, retry_at=now - timedelta(seconds=1))
+    write_objects(conn, PROBE, now, [ProbeColumns()] * 5, retry_at=now - timedelta(seconds=1))
     write_object(conn, PROBE, now, status="working", retry_at=now - timedelta(seconds=1))
     write_object(conn, PROBE, now, retry_at=now + timedelta(minutes=3))
     write_object(conn, PROBE, now, status="done")

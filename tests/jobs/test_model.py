@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
+import typing
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway.jobs.actors import ActorType, object_types_of
-from gateway.jobs.db import Value, read_object, utcnow, write_object, write_transition
-from gateway.jobs.model import ObjectType, Transition
+from gateway.jobs.db import read_object, utcnow, write_object, write_transition
+from gateway.jobs.model import NoColumns, ObjectType, Transition
 from gateway.jobs.schema import connect, create_schema
+from gateway.store import object_types
 from gateway.store.actor_types import ACTOR_TYPES
 from tests.jobs.probe_plugin import ProbeActor
 
@@ -21,22 +26,43 @@ README = Path(__file__).resolve().parents[2] / "docs" / "background-work.md"
 #: Every actor type the tests know: the built-in ones and the probe plugin's.
 ALL_ACTOR_TYPES: list[type[ActorType]] = [*ACTOR_TYPES.values(), ProbeActor]
 ALL_OBJECT_TYPES = object_types_of(ALL_ACTOR_TYPES)
+ACTOR_OBJECTS = [t.object_type for t in ACTOR_TYPES.values()]
 
 
 _serial = iter(range(1, 1 << 30))
 
 
-def _unique(object_type: ObjectType) -> dict[str, Value]:
-    """Values for the type's NOT NULL columns without a default, distinct on every call."""
+def _unique(object_type: ObjectType[Any]) -> Any:
+    """A row of the type: its fields without a default set, distinct on every call
+    (a number, a text, or an empty tuple for a structured column)."""
     number = next(_serial)
-    return {
-        column: number if declaration.startswith("INTEGER") else f"walk-{number}"
-        for column, declaration in object_type.columns
-        if "NOT NULL" in declaration and "DEFAULT" not in declaration
-    }
+    hints = typing.get_type_hints(object_type.row)
+    samples: dict[type, object] = {int: number, float: float(number), str: f"walk-{number}"}
+    return object_type.row(
+        **{
+            field.name: samples.get(hints[field.name], ())
+            for field in dataclasses.fields(object_type.row)
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        }
+    )
 
 
-def _declare(**overrides: object) -> ObjectType:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusColumns:
+    status: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyColumns:
+    key: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListColumns:
+    names: list[str]
+
+
+def _declare(**overrides: object) -> ObjectType[Any]:
     fields: dict[str, object] = {
         "name": "thing",
         "description": "a test",
@@ -44,6 +70,7 @@ def _declare(**overrides: object) -> ObjectType:
         "initial": "new",
         "final": ("done",),
         "transitions": (("new", "done"),),
+        "row": NoColumns,
     }
     fields.update(overrides)
     return ObjectType(**fields)  # type: ignore[arg-type]
@@ -59,7 +86,8 @@ def _declare(**overrides: object) -> ObjectType:
         ({"transitions": (("new", "done"), ("done", "new"))}, "leaves a final state"),
         ({"transitions": (("new", "done"), ("new", "done"))}, "declared twice"),
         ({"states": ("new", "done", "lost")}, "no transition reaches ['lost']"),
-        ({"columns": (("status", "TEXT"),)}, "are common columns"),
+        ({"row": StatusColumns}, "are common columns"),
+        ({"row": ListColumns}, "is not str, int, float, bool or a json_column"),
         ({"unique": (("file",),)}, "'file' is not one of its columns"),
     ],
 )
@@ -76,7 +104,7 @@ def test_an_undeclared_transition_is_refused_by_name() -> None:
 
 @pytest.mark.parametrize("object_type", ALL_OBJECT_TYPES, ids=lambda t: t.name)
 def test_every_declared_transition_is_one_compare_and_swap(
-    object_type: ObjectType, tmp_path: Path
+    object_type: ObjectType[Any], tmp_path: Path
 ) -> None:
     """Walk the table: each transition wins once, loses when repeated, sets retry_at rightly."""
     conn = connect(tmp_path / "walk.sqlite3")
@@ -114,7 +142,7 @@ def test_every_declared_transition_is_one_compare_and_swap(
 
 @pytest.mark.parametrize("object_type", ALL_OBJECT_TYPES, ids=lambda t: t.name)
 def test_final_states_need_retry_at_none_and_others_a_time(
-    object_type: ObjectType, tmp_path: Path
+    object_type: ObjectType[Any], tmp_path: Path
 ) -> None:
     conn = connect(tmp_path / "rules.sqlite3")
     create_schema(conn, [object_type])
@@ -131,18 +159,22 @@ def test_final_states_need_retry_at_none_and_others_a_time(
     conn.close()
 
 
-@pytest.mark.parametrize("object_type", ALL_OBJECT_TYPES, ids=lambda t: t.name)
-def test_every_transition_has_its_named_method_and_no_other(object_type: ObjectType) -> None:
-    """``transition_<type>_<from>_to_<to>`` methods are exactly the declared transitions."""
-    actor_types = [t for t in ALL_ACTOR_TYPES if t.object_type is object_type]
-    declared = {t.method_name for t in object_type.all_transitions()}
-    defined = {
-        name
-        for actor_type in actor_types
-        for name in dir(actor_type)
-        if name.startswith(f"transition_{object_type.name}_")
+def test_every_store_transition_has_its_constant_and_no_other() -> None:
+    """``<TYPE>_<FROM>_TO_<TO>`` constants are exactly the declared transitions, each
+    named after its pair of states; no actor type keeps a ``transition_*`` method."""
+    prefixes = {t.name: name for name, t in vars(object_types).items() if t in ACTOR_OBJECTS}
+    constants = {
+        name: value for name, value in vars(object_types).items() if isinstance(value, Transition)
     }
-    assert defined == declared
+    declared = [t for o in object_types.OBJECT_TYPES for t in o.all_transitions()]
+    assert sorted(constants.values(), key=lambda t: t.name) == sorted(
+        declared, key=lambda t: t.name
+    )
+    for name, transition in constants.items():
+        prefix = prefixes[transition.object_type]
+        assert name == f"{prefix}_{transition.source}_to_{transition.target}".upper()
+    for actor_type in ALL_ACTOR_TYPES:
+        assert not [m for m in dir(actor_type) if m.startswith("transition_")]
 
 
 @pytest.mark.parametrize("actor_type", list(ACTOR_TYPES.values()), ids=lambda t: t.name)
@@ -153,7 +185,14 @@ def test_the_readme_draws_every_built_in_type(actor_type: type[ActorType]) -> No
 
 def test_registry_names_match_their_actor_types() -> None:
     for name, actor_type in ACTOR_TYPES.items():
-        assert actor_type.name == name
+        assert actor_type.name == name == actor_type.object_type.name
+
+
+def test_an_actor_type_is_named_as_its_object_type() -> None:
+    with pytest.raises(TypeError, match="not its object type's name"):
+
+        class Misnamed(ProbeActor):
+            name = "prober"
 
 
 def test_create_schema_is_idempotent_and_records_the_types(tmp_path: Path) -> None:
@@ -166,12 +205,12 @@ def test_create_schema_is_idempotent_and_records_the_types(tmp_path: Path) -> No
 
 
 def test_a_unique_column_refuses_a_second_object(tmp_path: Path) -> None:
-    keyed = _declare(columns=(("key", "TEXT NOT NULL"),), unique=(("key",),))
+    keyed = _declare(row=KeyColumns, unique=(("key",),))
     conn = connect(tmp_path / "unique.sqlite3")
     create_schema(conn, [keyed])
-    write_object(conn, keyed, utcnow(), {"key": "a"})
+    write_object(conn, keyed, utcnow(), KeyColumns(key="a"))
     with pytest.raises(sqlite3.IntegrityError):
-        write_object(conn, keyed, utcnow(), {"key": "a"})
+        write_object(conn, keyed, utcnow(), KeyColumns(key="a"))
     conn.close()
 
 

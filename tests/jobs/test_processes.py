@@ -27,12 +27,12 @@ from typing import Final
 
 import pytest
 
-from gateway.jobs.db import Value, format_time, read_counts, utcnow, write_objects
+from gateway.jobs.db import format_time, read_counts, utcnow, write_objects
 from gateway.jobs.hooks import load_plugins
 from gateway.jobs.schema import connect, create_schema
 from tests.conftest import REPO_ROOT
 from tests.jobs import probe_plugin
-from tests.jobs.probe_plugin import PROBE
+from tests.jobs.probe_plugin import PROBE, ProbeColumns
 from tests.jobs.process_support import (
     Process,
     get_json,
@@ -104,7 +104,7 @@ def test_two_workers_and_the_server_tick_each_object_to_its_end_exactly_once(
         processes.append(start_worker(config, tmp_path, "worker1"))
         processes.append(start_worker(config, tmp_path, "worker2"))
         conn = connect(root / "index.sqlite3")
-        rows: list[dict[str, Value]] = [{"effects_dir": str(effects), "sleep_s": 0.01}] * 1000
+        rows: list[ProbeColumns] = [ProbeColumns(effects_dir=str(effects), sleep_s=0.01)] * 1000
         write_objects(conn, PROBE, utcnow(), rows)
         conn.close()
         _wait_all_done(root, 1000, processes)
@@ -147,8 +147,8 @@ def test_a_worker_killed_mid_tick_at_random_moments_loses_nothing_and_repeats_no
     rng = random.Random(seed)
     config, root, effects = _store(tmp_path)
     conn = connect(root / "index.sqlite3")
-    rows: list[dict[str, Value]] = [
-        {"effects_dir": str(effects), "sleep_s": rng.uniform(0.02, 0.2)} for _ in range(300)
+    rows: list[ProbeColumns] = [
+        ProbeColumns(effects_dir=str(effects), sleep_s=rng.uniform(0.02, 0.2)) for _ in range(300)
     ]
     write_objects(conn, PROBE, utcnow(), rows)
     conn.close()
@@ -196,8 +196,8 @@ def _finished(root: Path, ids: set[int]) -> set[int]:
 def test_gateway_jobs_reports_states_in_text_and_json(tmp_path: Path) -> None:
     config, root, _ = _store(tmp_path)
     conn = connect(root / "index.sqlite3")
-    write_objects(conn, PROBE, utcnow(), [{}] * 3)
-    write_objects(conn, PROBE, utcnow(), [{}], status="failed")
+    write_objects(conn, PROBE, utcnow(), [ProbeColumns()] * 3)
+    write_objects(conn, PROBE, utcnow(), [ProbeColumns()], status="failed")
     conn.execute(
         "UPDATE jobs_probe SET last_error = 'RuntimeError: boom', last_error_at = ?",
         (format_time(utcnow()),),

@@ -23,7 +23,7 @@ from gateway.server.jobs_service import JobsService
 from gateway.store.settings import StoreSettings
 from tests.api.test_metrics import scrape, value
 from tests.jobs import probe_plugin
-from tests.jobs.probe_plugin import PROBE
+from tests.jobs.probe_plugin import PROBE, ProbeColumns
 
 Client = TestClient[web.Request, web.Application]
 
@@ -98,7 +98,7 @@ async def test_the_serving_app_runs_its_jobs_and_reports_them(
     service = JobsService.from_config(config, role="worker")  # a second process, in effect
     assert service.db_path.exists()
     conn = connect(service.db_path)
-    write_objects(conn, PROBE, utcnow(), [{}] * 5)
+    write_objects(conn, PROBE, utcnow(), [ProbeColumns()] * 5)
     conn.close()
     deadline = time.monotonic() + 30
     while True:
@@ -149,8 +149,8 @@ async def test_metrics_show_the_jobs_by_type_and_state(
     conn = connect(root / "index.sqlite3")
     create_schema(conn, [PROBE])  # the probe plugin's table (its jobs do not run here)
     now = utcnow()
-    write_objects(conn, PROBE, now, [{}] * 3, retry_at=now - timedelta(minutes=2))
-    write_objects(conn, PROBE, now, [{}], status="done")
+    write_objects(conn, PROBE, now, [ProbeColumns()] * 3, retry_at=now - timedelta(minutes=2))
+    write_objects(conn, PROBE, now, [ProbeColumns()], status="done")
     conn.close()
     families = await scrape(client)
     assert value(families, "gateway_jobs_objects", type="probe", state="queued") == 3

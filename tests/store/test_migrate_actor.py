@@ -53,7 +53,7 @@ class StopAfterOneBatch:
 
     @hookimpl
     def on_transition_migrate_moving_to_moving_end(
-        self, actor: ActorType, obj: JobObject, won: bool
+        self, actor: ActorType, obj: JobObject[Any], won: bool
     ) -> None:
         actor.stopping = True
         assert self.orchestrator is not None

@@ -218,7 +218,7 @@ async def test_store_add_settles_what_the_store_decides_before_handing_anything_
     source = sample_dir / "warcs" / "example.warc.gz"
     first = await add_files(settings, [source])
     assert [o.status for o in first.objects] == ["imported"]
-    assert (first.objects[0]["stored_as"], first.settled) == ("example.warc.gz", [])
+    assert (first.objects[0].row.stored_as, first.settled) == ("example.warc.gz", [])
     again = await add_files(settings, [source])
     assert (again.objects, again.settled) == ([], [(source, "present", "example.warc.gz")])
     impostor = tmp_path / "other" / "example.warc.gz"
@@ -286,5 +286,5 @@ async def test_the_actor_refuses_the_second_of_two_files_with_one_name(
     shutil.copy(sample_dir / "warcs" / "iana.warc.gz", other)
     report = await add_files(StoreSettings(root=str(root)), [one, other])
     assert [o.status for o in report.objects] == ["imported", "refused"]
-    assert "a different file named example.warc.gz" in str(report.objects[1]["reason"])
+    assert "a different file named example.warc.gz" in report.objects[1].row.reason
     assert store_path(Layout(root).warcs, "example.warc.gz").read_bytes() == one.read_bytes()

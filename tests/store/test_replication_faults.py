@@ -21,7 +21,6 @@ The seed is printed so that a failing run can be repeated
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import signal
@@ -39,10 +38,11 @@ from gateway.config import load_config
 from gateway.jobs.db import JobObject, parse_time, utcnow
 from gateway.storage.pool import StoragePool
 from gateway.storage.s3 import S3Storage
+from gateway.store.job_rows import BatchColumns, CopyColumns
 from gateway.store.layout import Layout
 from gateway.store.object_types import BATCH, COPY
-from gateway.store.replication.batch import ReplicationWorker, read_batch_copies
-from gateway.store.replication.copy import ROUND_BACKOFF_BASE_S, CopierActor
+from gateway.store.replication.batch import BatchActor, read_batch_copies
+from gateway.store.replication.copy import ROUND_BACKOFF_BASE_S, CopyActor
 from gateway.store.replication.passes import enqueue_pass, open_jobs, read_pass, work_pass
 from gateway.store.replication.replicas import Replicas
 from tests.conftest import run_seaweedfs
@@ -203,19 +203,19 @@ def test_a_copy_that_failed_transiently_is_retried_by_its_copy_object(
     config = write_config(tmp_path / "c.yaml", root, [s3_place(own_seaweedfs.endpoint)], copies=2)
     settings = load_config(config).store
 
-    async def replicate() -> tuple[JobObject, JobObject, float, float]:
+    async def replicate() -> tuple[JobObject[BatchColumns], JobObject[CopyColumns], float, float]:
         replicas = Replicas(settings, Layout(root))
         db, ctx = await open_jobs(root, settings, None, [BATCH, COPY], "test")
         try:
             pass_id = await enqueue_pass(replicas, ctx)
-            await ReplicationWorker(ctx).run()
+            await BatchActor(ctx).run()
             (batch,) = await db.call(read_pass, pass_id)
             first_claim = _claimed_at(root, name)
             own_seaweedfs.kill()
-            await CopierActor(ctx).run()  # the first round; the second is not due yet
+            await CopyActor(ctx).run()  # the first round; the second is not due yet
             (copy,) = await db.call(read_batch_copies, batch.id)
-            assert (copy.status, copy["rounds"]) == ("queued", 1), copy
-            assert [item[0] for item in json.loads(str(copy["todo"]))] == [name]
+            assert (copy.status, copy.row.rounds) == ("queued", 1), copy
+            assert [item.name for item in copy.row.todo] == [name]
             assert copy_rows(root)[(name, "s3")] == ("ongoing", sha256)
             assert copy.retry_at is not None
             due_in_s = (parse_time(copy.retry_at) - utcnow()).total_seconds()
@@ -230,8 +230,8 @@ def test_a_copy_that_failed_transiently_is_retried_by_its_copy_object(
 
     batch, copy, first_claim, last_claim = asyncio.run(replicate())
     assert (batch.status, copy.status) == ("done", "done")
-    assert json.loads(str(batch["outcomes"])) == {"copied": 1, "retry": 1}
-    assert batch["rounds"] == 1
+    assert batch.row.outcomes == {"copied": 1, "retry": 1}
+    assert batch.row.rounds == 1
     assert copy_rows(root)[(name, "s3")] == ("present", sha256)
     assert last_claim > first_claim  # the retry renewed the claim; present since then
     objects = asyncio.run(_objects(config))

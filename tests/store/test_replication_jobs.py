@@ -12,6 +12,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,8 +23,8 @@ from gateway.jobs.settings import JobsSettings
 from gateway.store.integrity.copy_scrub import PartialDigest, ScrubReport, verify_copies_of
 from gateway.store.layout import Layout
 from gateway.store.object_types import BATCH, COPY, DIRECTOR
-from gateway.store.replication.batch import ReplicationWorker, read_batch_copies
-from gateway.store.replication.copy import CopierActor
+from gateway.store.replication.batch import BatchActor, read_batch_copies
+from gateway.store.replication.copy import CopyActor
 from gateway.store.replication.director_actor import DirectorActor
 from gateway.store.replication.passes import (
     enqueue_pass,
@@ -187,41 +188,41 @@ async def test_a_copier_leaves_the_files_its_tick_has_no_time_for_to_its_next_ti
 
     class Recorder:
         @hookimpl
-        def on_actor_tick_end(self, actor: object, obj: JobObject) -> None:
+        def on_actor_tick_end(self, actor: object, obj: JobObject[Any]) -> None:
             if obj.type is COPY:
                 seen.append(copy_rows(root))
 
     ctx.hooks.manager.register(Recorder())
     try:
         pass_id = await enqueue_pass(replicas, ctx)
-        worker = ReplicationWorker(ctx)
-        await worker.run()
+        batch_actor = BatchActor(ctx)
+        await batch_actor.run()
         (batch,) = await db.call(read_pass, pass_id)
-        assert (worker.ticks, batch.status) == (1, "copying")
+        assert (batch_actor.ticks, batch.status) == (1, "copying")
         (group,) = await db.call(read_batch_copies, batch.id)
-        assert (group["source"], group["destination"]) == ("primary", "backup")
-        assert sorted(json.loads(str(group["files"]))) == sorted(files)
+        assert (group.row.source, group.row.destination) == ("primary", "backup")
+        assert sorted(group.row.files) == sorted(files)
         rows = copy_rows(root)
         assert all(rows[(name, "backup")] == ("ongoing", sha) for name, sha in files.items())
 
-        copier = CopierActor(ctx)
-        copier.budget_s = 0.0  # one copy per tick
-        await copier.run()
-        assert copier.ticks == len(files)
+        copy_actor = CopyActor(ctx)
+        copy_actor.budget_s = 0.0  # one copy per tick
+        await copy_actor.run()
+        assert copy_actor.ticks == len(files)
         for ticked, rows in enumerate(seen, start=1):  # claimed until copied
             statuses = sorted(rows[(name, "backup")][0] for name in files)
             assert statuses == ["ongoing"] * (len(files) - ticked) + ["present"] * ticked
         (group,) = await db.call(read_batch_copies, batch.id)
         assert group.status == "done", group
-        assert json.loads(str(group["outcomes"]))["copied"] == len(files)
+        assert group.row.outcomes["copied"] == len(files)
         (batch,) = await db.call(read_pass, pass_id)
         assert batch.status == "copying"
         assert batch.retry_at is not None
         assert parse_time(batch.retry_at) <= utcnow()  # woken by its copy's last transition
-        await ReplicationWorker(ctx).run()
+        await BatchActor(ctx).run()
         (batch,) = await db.call(read_pass, pass_id)
         assert batch.status == "done", batch
-        assert json.loads(str(batch["outcomes"]))["copied"] == len(files)
+        assert batch.row.outcomes["copied"] == len(files)
     finally:
         await db.close()
         await replicas.close()
@@ -245,7 +246,7 @@ async def test_a_batch_writes_the_copy_objects_its_dead_worker_did_not(tmp_path:
     db, ctx = await open_jobs(root, settings, None, [BATCH, COPY], "test")
     try:
         pass_id = await enqueue_pass(replicas, ctx)
-        await ReplicationWorker(ctx).run()
+        await BatchActor(ctx).run()
         with sqlite3.connect(root / "index.sqlite3") as conn:  # what the kill left
             conn.execute(f"DELETE FROM {COPY.table}")
             conn.execute(f"UPDATE {BATCH.table} SET retry_at = '2000-01-01T00:00:00.000000Z'")

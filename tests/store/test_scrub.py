@@ -31,6 +31,7 @@ from gateway.jobs.settings import JobsSettings
 from gateway.store.db import IndexDB
 from gateway.store.integrity.repair import repair_store
 from gateway.store.integrity.scrub import SCRUB, ScrubActor, verify_chunk
+from gateway.store.job_rows import ScrubColumns
 from gateway.store.layout import Layout
 from gateway.store.object_types import OBJECT_TYPES
 from gateway.store.online_import import add_files
@@ -91,12 +92,12 @@ class Ticks:
         self.chunks = 0
 
     @hookimpl
-    def on_actor_tick_start(self, actor: ActorType, obj: JobObject) -> None:
-        self.files.append(str(obj["file_name"]))
+    def on_actor_tick_start(self, actor: ActorType, obj: JobObject[ScrubColumns]) -> None:
+        self.files.append(obj.row.file_name)
 
     @hookimpl
     def on_transition_scrub_verifying_to_verifying_end(
-        self, actor: ActorType, obj: JobObject, won: bool
+        self, actor: ActorType, obj: JobObject[ScrubColumns], won: bool
     ) -> None:
         self.chunks += won
 

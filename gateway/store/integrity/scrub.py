@@ -51,14 +51,13 @@ damaged primary from a replica; the pass's result names them.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import IO, Any, ClassVar, Final
 
@@ -66,17 +65,29 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from gateway.jobs.actors import JobContext, Wake, WorkCancelled, in_thread
-from gateway.jobs.db import JobObject, Value, format_time, parse_time, utcnow
+from gateway.jobs.db import JobObject, format_time, parse_time, utcnow
+from gateway.jobs.model import Transition
 from gateway.jobs.settings import JobsSettings
 from gateway.store.db import IndexDB
 from gateway.store.framing import Frame, FramingError, file_format, scan_frames
 from gateway.store.indexing import RangeReader
 from gateway.store.integrity.check import Problem, compare_rows, verify_problems
 from gateway.store.integrity.copy_scrub import PartialDigests, ScrubReport, verify_copies_of
+from gateway.store.job_rows import ScrubColumns, ScrubProblem
 from gateway.store.layout import Layout
 from gateway.store.migration.actor import MIGRATE, read_migrate_object_id
 from gateway.store.migration.layout_steps import Mover, MoveResult, ensure_current, needs_move
-from gateway.store.object_types import SCRUB
+from gateway.store.object_types import (
+    SCRUB,
+    SCRUB_DAMAGED_TO_MISSING,
+    SCRUB_DAMAGED_TO_VERIFYING,
+    SCRUB_GOOD_TO_MISSING,
+    SCRUB_GOOD_TO_VERIFYING,
+    SCRUB_VERIFYING_TO_DAMAGED,
+    SCRUB_VERIFYING_TO_GOOD,
+    SCRUB_VERIFYING_TO_MISSING,
+    SCRUB_VERIFYING_TO_VERIFYING,
+)
 from gateway.store.replication.replicas import Replicas
 from gateway.store.rows import FileRow
 from gateway.store.store_actor import StoreActorType
@@ -220,26 +231,24 @@ def verify_chunk(
     return Chunk(offset, done, len(verdict.records), problems)
 
 
-def _merge(known: list[dict[str, object]], new: Iterable[Problem]) -> list[dict[str, object]]:
-    seen = {(p["kind"], p["offset"], p["message"]) for p in known}
+def _merge(known: tuple[ScrubProblem, ...], new: Iterable[Problem]) -> tuple[ScrubProblem, ...]:
     merged = list(known)
+    seen = set(merged)
     for problem in new:
-        key = (problem.kind, problem.offset, problem.message)
-        if key not in seen and len(merged) < MAX_PROBLEMS:
-            seen.add(key)
-            merged.append(
-                {"kind": problem.kind, "offset": problem.offset, "message": problem.message}
-            )
-    return merged
+        found = ScrubProblem(problem.kind, problem.offset, problem.message)
+        if found not in seen and len(merged) < MAX_PROBLEMS:
+            seen.add(found)
+            merged.append(found)
+    return tuple(merged)
 
 
-def _summary(file_name: str, records: int, problems: list[dict[str, object]]) -> str:
+def _summary(file_name: str, records: int, problems: tuple[ScrubProblem, ...]) -> str:
     if not problems:
         return f"ok: {records} records"
     shown = "; ".join(
-        f"offset {p['offset']}: {p['message']} [{p['kind']}]"
-        if p["offset"] is not None
-        else f"{p['message']} [{p['kind']}]"
+        f"offset {p.offset}: {p.message} [{p.kind}]"
+        if p.offset is not None
+        else f"{p.message} [{p.kind}]"
         for p in problems[:3]
     )
     more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
@@ -304,33 +313,45 @@ class ScrubActor(StoreActorType):
         if added:
             logger.info("scrub: %d file(s) to verify were not yet scheduled", added)
 
-    async def tick(self, obj: JobObject) -> None:
-        file = await asyncio.to_thread(self.index.file_by_name, str(obj["file_name"]))
+    async def tick(self, obj: JobObject[ScrubColumns]) -> None:
+        file = await asyncio.to_thread(self.index.file_by_name, obj.row.file_name)
         if obj.status == "good":
             if file is None:
-                await self.transition_scrub_good_to_missing(obj)
+                await self.transition(obj, SCRUB_GOOD_TO_MISSING, retry_at=None)
             else:
-                await self.transition_scrub_good_to_verifying(obj)
+                await self._next_pass(obj, SCRUB_GOOD_TO_VERIFYING)
         elif obj.status == "damaged":
             if file is None:
-                await self.transition_scrub_damaged_to_missing(obj)
+                await self.transition(obj, SCRUB_DAMAGED_TO_MISSING, retry_at=None)
             else:
-                await self.transition_scrub_damaged_to_verifying(obj)
+                await self._next_pass(obj, SCRUB_DAMAGED_TO_VERIFYING)
         elif file is None:
-            await self.transition_scrub_verifying_to_missing(obj)
+            await self.transition(obj, SCRUB_VERIFYING_TO_MISSING, retry_at=None)
         else:
             await self._verify(obj, file)
 
-    async def _verify(self, obj: JobObject, file: FileRow) -> None:
+    async def _next_pass(self, obj: JobObject[ScrubColumns], transition: Transition) -> None:
+        """A pass starts, due now."""
+        values = replace(
+            obj.row,
+            resume_offset=0,
+            pass_records=0,
+            pass_problems=(),
+            pass_started_at=format_time(utcnow()),
+        )
+        await self.transition(obj, transition, retry_at=utcnow(), values=values)
+
+    async def _verify(self, obj: JobObject[ScrubColumns], file: FileRow) -> None:
         started_at, started = utcnow(), time.monotonic()
-        pass_started = str(obj["pass_started_at"] or format_time(started_at))
-        start = int(obj["resume_offset"] or 0)
+        row = obj.row
+        pass_started = row.pass_started_at or format_time(started_at)
+        start = row.resume_offset
         budget = self.tick_limit_s * _BUDGET_SHARE
         chunk = await in_thread(
             lambda cancel: verify_chunk(self.layout, self.index, file, start, budget, cancel)
         )
-        problems = _merge(json.loads(str(obj["pass_problems"])), chunk.problems)
-        records = int(obj["pass_records"] or 0) + chunk.records
+        problems = _merge(row.pass_problems, chunk.problems)
+        records = row.pass_records + chunk.records
         report = self.copy_report if self.copy_report is not None else ScrubReport()
         if chunk.done and self._replicas is not None and file.sha256 is not None:
             found = len(report.corrupted), len(report.missing), len(report.down)
@@ -348,8 +369,15 @@ class ScrubActor(StoreActorType):
         else:
             copies_done, copy_notes = True, ""
         if not (chunk.done and copies_done):
-            await self.transition_scrub_verifying_to_verifying(
-                obj, chunk.next_offset, records, problems, pass_started_at=pass_started
+            values = replace(
+                row,
+                resume_offset=chunk.next_offset,
+                pass_records=records,
+                pass_problems=problems,
+                pass_started_at=pass_started,
+            )
+            await self.transition(
+                obj, SCRUB_VERIFYING_TO_VERIFYING, retry_at=utcnow(), values=values
             )
             return
         result = _summary(file.name, records, problems) + copy_notes
@@ -359,6 +387,19 @@ class ScrubActor(StoreActorType):
                 file, started + self.tick_limit_s * self.move_share
             )
             result += note
+        # The pass is over: its outcome kept, the next pass starts from the beginning.
+        values = replace(
+            row,
+            resume_offset=0,
+            pass_records=0,
+            pass_problems=(),
+            pass_started_at=None,
+            verified_at=format_time(utcnow()),
+            records=records,
+            problems=problems,
+            result=result,
+            passes=row.passes + 1,
+        )
         if problems:
             logger.warning(
                 "scrub: warcs/%s is damaged: %s; `gateway store repair` restores it from a "
@@ -369,10 +410,17 @@ class ScrubActor(StoreActorType):
             )
             if self.copy_report is not None:
                 self.copy_report.damaged.append((file.name, result))
-            await self.transition_scrub_verifying_to_damaged(obj, records, problems, result)
+            retry_at = self.due_in(min(self.interval_s, DAMAGED_RECHECK_S))
+            await self.transition(obj, SCRUB_VERIFYING_TO_DAMAGED, retry_at=retry_at, values=values)
         else:
             logger.debug("scrub: warcs/%s %s", file.name, result)
-            await self.transition_scrub_verifying_to_good(obj, records, result, wake=wake)
+            await self.transition(
+                obj,
+                SCRUB_VERIFYING_TO_GOOD,
+                retry_at=self.due_in(self.interval_s),
+                values=values,
+                wake=wake,
+            )
 
     async def _to_current_layout(
         self, file: FileRow, stop_at: float
@@ -414,84 +462,6 @@ class ScrubActor(StoreActorType):
         wake: tuple[Wake, ...] = () if migrate_id is None else ((MIGRATE, (migrate_id,)),)
         return f"; stays in layout {file.fs_version} for now ({result.outcome})", wake
 
-    # -------------------------------------------------------------- transitions
-    async def transition_scrub_verifying_to_verifying(
-        self,
-        obj: JobObject,
-        resume_offset: int,
-        records: int,
-        problems: list[dict[str, object]],
-        *,
-        pass_started_at: str | None = None,
-    ) -> bool:
-        values: dict[str, Value] = {
-            "resume_offset": resume_offset,
-            "pass_records": records,
-            "pass_problems": json.dumps(problems),
-            "pass_started_at": obj["pass_started_at"] or pass_started_at or format_time(utcnow()),
-        }
-        return await self.transition(
-            obj, "verifying", "verifying", retry_at=utcnow(), values=values
-        )
-
-    async def transition_scrub_verifying_to_good(
-        self, obj: JobObject, records: int, result: str, *, wake: Iterable[Wake] = ()
-    ) -> bool:
-        return await self.transition(
-            obj,
-            "verifying",
-            "good",
-            retry_at=self.due_in(self.interval_s),
-            values=self._pass_done(obj, records, [], result),
-            wake=wake,
-        )
-
-    async def transition_scrub_verifying_to_damaged(
-        self, obj: JobObject, records: int, problems: list[dict[str, object]], result: str
-    ) -> bool:
-        return await self.transition(
-            obj,
-            "verifying",
-            "damaged",
-            retry_at=self.due_in(min(self.interval_s, DAMAGED_RECHECK_S)),
-            values=self._pass_done(obj, records, problems, result),
-        )
-
-    async def transition_scrub_verifying_to_missing(self, obj: JobObject) -> bool:
-        return await self.transition(obj, "verifying", "missing", retry_at=None)
-
-    async def transition_scrub_good_to_verifying(self, obj: JobObject) -> bool:
-        return await self.transition(
-            obj, "good", "verifying", retry_at=utcnow(), values=_new_pass()
-        )
-
-    async def transition_scrub_good_to_missing(self, obj: JobObject) -> bool:
-        return await self.transition(obj, "good", "missing", retry_at=None)
-
-    async def transition_scrub_damaged_to_verifying(self, obj: JobObject) -> bool:
-        return await self.transition(
-            obj, "damaged", "verifying", retry_at=utcnow(), values=_new_pass()
-        )
-
-    async def transition_scrub_damaged_to_missing(self, obj: JobObject) -> bool:
-        return await self.transition(obj, "damaged", "missing", retry_at=None)
-
-    @staticmethod
-    def _pass_done(
-        obj: JobObject, records: int, problems: list[dict[str, object]], result: str
-    ) -> dict[str, Value]:
-        return {
-            "resume_offset": 0,
-            "pass_records": 0,
-            "pass_problems": "[]",
-            "pass_started_at": None,
-            "verified_at": format_time(utcnow()),
-            "records": records,
-            "problems": json.dumps(problems),
-            "result": result,
-            "passes": int(obj["passes"] or 0) + 1,
-        }
-
 
 def _copy_notes(report: ScrubReport, before: tuple[int, int, int]) -> str:
     """What the verification of one file's copies found: the report past the counts ``before``."""
@@ -501,13 +471,3 @@ def _copy_notes(report: ScrubReport, before: tuple[int, int, int]) -> str:
     notes = [f"copies: {', '.join(damaged)} (replication makes new ones)"] if damaged else []
     notes += [f"not verified on {', '.join(down)} (down)"] if down else []
     return "".join(f"; {note}" for note in notes)
-
-
-def _new_pass() -> dict[str, Value]:
-    """The columns a new pass starts from."""
-    return {
-        "resume_offset": 0,
-        "pass_records": 0,
-        "pass_problems": "[]",
-        "pass_started_at": format_time(utcnow()),
-    }

@@ -14,7 +14,7 @@ goes on from there. Every move commits on its own
 (:meth:`Mover.move <gateway.store.migration.layout_steps.Mover.move>`: copy, verify,
 commit, remove), so a tick cut short loses nothing; the next one moves what
 is left. A pass that left files behind (some were being moved by another
-process: a scrub or a replication worker moving on write) counts what is
+process: a scrub or a replication batch moving on write) counts what is
 still in an older layout when it ends, and is ``current`` if nothing is.
 This follows ArchiveBox's lazy filesystem migration (a
 ``Snapshot.fs_version`` per row, moved on write and by ``archivebox
@@ -41,19 +41,31 @@ import logging
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, ClassVar, Final
 
 from gateway.jobs.actors import JobContext, WorkCancelled, in_thread
-from gateway.jobs.db import JobObject, Value, format_time, utcnow
+from gateway.jobs.db import JobObject, format_time, utcnow
+from gateway.jobs.model import Transition
 from gateway.jobs.settings import JobsSettings
 from gateway.store.connection import Access
 from gateway.store.db import IndexDB
+from gateway.store.job_rows import MigrateColumns
 from gateway.store.layout import Layout
 from gateway.store.migration.layout_steps import Mover
 from gateway.store.migration.migrator import WAIT_FOR_MOVER_S, MigrationReport, move_batch
-from gateway.store.object_types import MIGRATE
+from gateway.store.object_types import (
+    MIGRATE,
+    MIGRATE_CURRENT_TO_MOVING,
+    MIGRATE_CURRENT_TO_SUPERSEDED,
+    MIGRATE_MOVING_TO_CURRENT,
+    MIGRATE_MOVING_TO_MOVING,
+    MIGRATE_MOVING_TO_SUPERSEDED,
+    MIGRATE_MOVING_TO_WAITING,
+    MIGRATE_WAITING_TO_MOVING,
+    MIGRATE_WAITING_TO_SUPERSEDED,
+)
 from gateway.store.store_actor import StoreActorType, store_context
 
 __all__ = [
@@ -75,6 +87,13 @@ RETRY_PASS_S: Final = 600.0
 #: After a pass that left nothing, the layout is checked again this much later
 #: (a file whose move on write failed is picked up then).
 RECHECK_S: Final = 86_400.0
+
+#: How an object of another release's layout ends, from each state.
+_SUPERSEDED: Final[dict[str, Transition]] = {
+    "moving": MIGRATE_MOVING_TO_SUPERSEDED,
+    "waiting": MIGRATE_WAITING_TO_SUPERSEDED,
+    "current": MIGRATE_CURRENT_TO_SUPERSEDED,
+}
 
 
 # ------------------------------------------------------------------------ writes
@@ -181,118 +200,78 @@ class MigrateActor(StoreActorType):
         if await ctx.db.call(write_migrate_seed, current, utcnow()):
             logger.info("store migrator: files will move to layout %d in the background", current)
 
-    async def tick(self, obj: JobObject) -> None:
-        if int(obj["fs_version"] or 0) != self.layout.current:
-            await getattr(self, f"transition_migrate_{obj.status}_to_superseded")(obj)
+    async def tick(self, obj: JobObject[MigrateColumns]) -> None:
+        if obj.row.fs_version != self.layout.current:
+            await self.transition(obj, _SUPERSEDED[obj.status], retry_at=None)
         elif obj.status == "waiting":
-            await self.transition_migrate_waiting_to_moving(obj)
+            await self.transition(
+                obj, MIGRATE_WAITING_TO_MOVING, retry_at=utcnow(), values=_new_pass(obj.row)
+            )
         elif obj.status == "current":
-            await self.transition_migrate_current_to_moving(obj)
+            await self.transition(
+                obj, MIGRATE_CURRENT_TO_MOVING, retry_at=utcnow(), values=_new_pass(obj.row)
+            )
         else:
             await self._move(obj)
 
-    async def _move(self, obj: JobObject) -> None:
-        below = obj["cursor_id"]
+    async def _move(self, obj: JobObject[MigrateColumns]) -> None:
+        row = obj.row
         done = await in_thread(
             lambda cancel: move_some(
                 self.layout,
                 self.index,
-                None if below is None else int(below),
+                row.cursor_id,
                 self.batch_size,
                 min(self.budget_s, self.tick_limit_s / 3),
                 cancel,
             )
         )
-        counts: dict[str, Value] = {
-            "processed": int(obj["processed"] or 0) + done.processed,
-            "migrated": int(obj["migrated"] or 0) + done.migrated,
-            "merged": int(obj["merged"] or 0) + done.merged,
-            "left_behind": int(obj["left_behind"] or 0) + done.left,
-        }
+        counts = replace(
+            row,
+            processed=row.processed + done.processed,
+            migrated=row.migrated + done.migrated,
+            merged=row.merged + done.merged,
+            left_behind=row.left_behind + done.left,
+        )
         if done.next_id is not None:
-            await self.transition_migrate_moving_to_moving(obj, done.next_id, counts)
+            values = replace(counts, cursor_id=done.next_id)
+            await self.transition(obj, MIGRATE_MOVING_TO_MOVING, retry_at=utcnow(), values=values)
             return
         remaining = 0
-        if counts["left_behind"]:  # some may have been moved meanwhile by another process
+        if counts.left_behind:  # some may have been moved meanwhile by another process
             remaining = await asyncio.to_thread(self.index.count_files_to_move, self.layout.current)
         result = (
-            f"{counts['processed']} processed, {counts['migrated']} migrated,"
-            f" {counts['merged']} merged, {counts['left_behind']} left in an older layout"
+            f"{counts.processed} processed, {counts.migrated} migrated,"
+            f" {counts.merged} merged, {counts.left_behind} left in an older layout"
         )
+        # A pass ended: its counts and result kept, the cursor back to the newest file.
+        values = replace(counts, cursor_id=None, result=result, passes=row.passes + 1)
         if remaining:
-            result += f" ({remaining} still there)"
+            values = replace(values, result=f"{result} ({remaining} still there)")
             logger.warning(
                 "store migrator: pass to layout %s ended: %s; a new pass in %g s",
-                obj["fs_version"],
-                result,
+                row.fs_version,
+                values.result,
                 RETRY_PASS_S,
             )
-            await self.transition_migrate_moving_to_waiting(obj, counts, result)
+            await self.transition(
+                obj, MIGRATE_MOVING_TO_WAITING, retry_at=self.due_in(RETRY_PASS_S), values=values
+            )
         else:
-            logger.info("store migrator: pass to layout %s ended: %s", obj["fs_version"], result)
-            await self.transition_migrate_moving_to_current(obj, counts, result)
-
-    # -------------------------------------------------------------- transitions
-    async def transition_migrate_moving_to_moving(
-        self, obj: JobObject, cursor_id: int, counts: dict[str, Value]
-    ) -> bool:
-        values = {"cursor_id": cursor_id, **counts}
-        return await self.transition(obj, "moving", "moving", retry_at=utcnow(), values=values)
-
-    async def transition_migrate_moving_to_current(
-        self, obj: JobObject, counts: dict[str, Value], result: str
-    ) -> bool:
-        return await self.transition(
-            obj,
-            "moving",
-            "current",
-            retry_at=self.due_in(RECHECK_S),
-            values=_pass_done(obj, counts, result),
-        )
-
-    async def transition_migrate_moving_to_waiting(
-        self, obj: JobObject, counts: dict[str, Value], result: str
-    ) -> bool:
-        return await self.transition(
-            obj,
-            "moving",
-            "waiting",
-            retry_at=self.due_in(RETRY_PASS_S),
-            values=_pass_done(obj, counts, result),
-        )
-
-    async def transition_migrate_waiting_to_moving(self, obj: JobObject) -> bool:
-        return await self.transition(
-            obj, "waiting", "moving", retry_at=utcnow(), values=_new_pass()
-        )
-
-    async def transition_migrate_current_to_moving(self, obj: JobObject) -> bool:
-        return await self.transition(
-            obj, "current", "moving", retry_at=utcnow(), values=_new_pass()
-        )
-
-    async def transition_migrate_moving_to_superseded(self, obj: JobObject) -> bool:
-        return await self.transition(obj, "moving", "superseded", retry_at=None)
-
-    async def transition_migrate_waiting_to_superseded(self, obj: JobObject) -> bool:
-        return await self.transition(obj, "waiting", "superseded", retry_at=None)
-
-    async def transition_migrate_current_to_superseded(self, obj: JobObject) -> bool:
-        return await self.transition(obj, "current", "superseded", retry_at=None)
+            logger.info("store migrator: pass to layout %s ended: %s", row.fs_version, result)
+            await self.transition(
+                obj, MIGRATE_MOVING_TO_CURRENT, retry_at=self.due_in(RECHECK_S), values=values
+            )
 
 
-def _pass_done(obj: JobObject, counts: dict[str, Value], result: str) -> dict[str, Value]:
-    """A pass ended: its counts and result kept, the cursor back to the newest file."""
-    return {**counts, "cursor_id": None, "result": result, "passes": int(obj["passes"] or 0) + 1}
-
-
-def _new_pass() -> dict[str, Value]:
-    """The columns a new pass starts from."""
-    return {
-        "cursor_id": None,
-        "pass_started_at": format_time(utcnow()),
-        "processed": 0,
-        "migrated": 0,
-        "merged": 0,
-        "left_behind": 0,
-    }
+def _new_pass(row: MigrateColumns) -> MigrateColumns:
+    """The row a new pass starts from."""
+    return replace(
+        row,
+        cursor_id=None,
+        pass_started_at=format_time(utcnow()),
+        processed=0,
+        migrated=0,
+        merged=0,
+        left_behind=0,
+    )

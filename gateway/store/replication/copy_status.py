@@ -143,10 +143,6 @@ class FileCopies:
             return "missing"
         return row.status
 
-    def safe_places(self, places: Sequence[str], cutoff: float) -> list[str]:
-        """The places of ``places`` whose copy counts towards the policy."""
-        return [p for p in places if self.status(p, cutoff) in ("present", "ongoing")]
-
     def present_places(self, places: Sequence[str], cutoff: float) -> list[str]:
         """The places of ``places`` holding a verified copy (``present``)."""
         return [p for p in places if self.status(p, cutoff) == "present"]
@@ -379,8 +375,8 @@ def write_copy_claim(
     mtime: float,
 ) -> bool:
     """Mark a copy ``ongoing`` since ``mtime``, if its row is still the one the
-    worker read (``seen``; None: no row applied). One compare-and-swap
-    statement; returns whether it won (another worker may have claimed it).
+    batch read (``seen``; None: no row applied). One compare-and-swap
+    statement; returns whether it won (another batch may have claimed it).
     """
     holder = claim_holder()
     if seen is None:

@@ -1,5 +1,6 @@
-"""The director and the workers: every closed WARC file in as many verified copies as
-the retention policy asks (issue 13 §3), after the Software Heritage archiver.
+"""The director, the batches and the copies: every closed WARC file in as many verified
+copies as the retention policy asks (issue 13 §3), after the Software Heritage archiver
+(whose worker and copier are the batch and copy here).
 
 **Director** (:func:`director_batches`): lists the closed files with fewer
 *safe* copies than ``retention.copies`` (``present``, or ``ongoing`` for less
@@ -7,9 +8,9 @@ than ``archival_max_age_s``; the primary included) in batches of
 ``batch_size`` file ids, ascending, each read afresh once the previous one
 is done (:func:`gateway.store.replication.copy_status.read_files_needing_copies`).
 
-**Worker** (:func:`plan_batch`, :func:`claim_copy`), for one batch:
+**Batch** (:func:`plan_batch`, :func:`claim_copy`), for one batch:
 
-1. re-reads each file's copies (another worker may have made them
+1. re-reads each file's copies (another batch may have made them
    meanwhile) and plans what it still needs (:func:`plan_file`): the
    destinations are the places without a safe copy, chosen at random
    (the primary first when the store's own copy of a file it wrote is lost
@@ -19,11 +20,11 @@ is done (:func:`gateway.store.replication.copy_status.read_files_needing_copies`
    (append-only) unless ``replace_conflicts``;
 2. groups the copies by (source, destination) pair (:func:`group_by_pair`);
 3. claims each copy by marking it ``ongoing`` with the batch's ``mtime``
-   (a compare-and-swap on the row it read: a copy another worker claimed is
-   skipped), and hands each group to a copier (as jobs: a
+   (a compare-and-swap on the row it read: a copy another batch claimed is
+   skipped), and hands each group to a copy (as jobs: a
    ``replication_copy`` object per group, :mod:`gateway.store.replication.batch`).
 
-**Copier** (:func:`claim_and_copy`), for each file of its group in turn:
+**Copy** (:func:`claim_and_copy`), for each file of its group in turn:
 
 4. checks that the claim is still its own (the same compare-and-swap;
    a retry renews it) and copies the file through the storage copier
@@ -39,7 +40,7 @@ is done (:func:`gateway.store.replication.copy_status.read_files_needing_copies`
    pass copies from another source); a copy that failed otherwise stays
    ``ongoing`` with the reason, and counts as present until
    ``archival_max_age_s`` has passed, when the director lists the file again
-   (the blueprint's way of retrying, also what a worker killed mid-copy
+   (the blueprint's way of retrying, also what an actor killed mid-copy
    leaves behind).
 
 A file that cannot be made safe in a pass (no good copy left, too few places
@@ -118,7 +119,7 @@ COPIED: Final = frozenset({"copied", "already_present", "replaced"})
 class CopyPlan:
     """One copy to make: ``file`` from ``source`` to ``destination``.
 
-    ``seen`` is the destination's row as the worker read it (None: no row),
+    ``seen`` is the destination's row as the batch read it (None: no row),
     the claim's compare-and-swap; ``replace``: the destination holds an
     object under the name that may be replaced (a copy the archiver made
     that was found damaged, or ``replace_conflicts``).
@@ -219,7 +220,7 @@ class ReplicationReport:
     stays ``ongoing``), for a caller that tries them again itself (a copy
     object's next round). ``outcomes`` counts copies by
     :data:`~gateway.storage.copier.CopyOutcome`, ``claimed_elsewhere``, and
-    (in a copy object's counts) ``deferred``: files a copier left to its
+    (in a copy object's counts) ``deferred``: files a copy actor left to its
     next tick, claimed but not started, because its tick's time was up.
     """
 
@@ -304,7 +305,7 @@ async def plan_batch(
     rng: random.Random | None = None,
     deadline: float | None = None,
 ) -> tuple[ReplicationReport, list[CopyPlan]]:
-    """The worker's first steps for files ``ids``: their copies read again, files of
+    """A batch's first steps for files ``ids``: their copies read again, files of
     an older release verified (:func:`adopt_sha256`), files moved to the current
     layout while ``deadline`` (``time.monotonic()``) allows, and each file planned
     (:func:`plan_file`). Returns the report so far (files examined, the problems
@@ -426,9 +427,9 @@ async def claim_and_copy(
     progress: Progress | None,
 ) -> str:
     """Make one copy (steps 3 to 5): claim it since ``mtime`` (a compare-and-swap on
-    ``copy.seen``: a copier passes the claim its worker made, ``ongoing`` since the
+    ``copy.seen``: a copy object passes the claim its batch made, ``ongoing`` since the
     batch's ``mtime``, and keeps it, or renews it for a retry), copy it, record the
-    outcome in the copy status and in ``report``. A claim lost to another worker is
+    outcome in the copy status and in ``report``. A claim lost to another batch is
     counted ``claimed_elsewhere`` and not copied. Returns the outcome (a
     :data:`~gateway.storage.copier.CopyOutcome` or ``claimed_elsewhere``); raises
     only on index failures."""
@@ -546,7 +547,7 @@ async def _copy(replicas: Replicas, copy: CopyPlan, sha256: str, retry: RetryPol
 
 async def _moved_since(replicas: Replicas, file: FileCopies) -> bool:
     """Whether ``file``'s row places it elsewhere now (a layout migration moved it
-    since the worker read the row); the primary then reads it at the new place."""
+    since the batch read the row); the primary then reads it at the new place."""
     found = await replicas.index.call(read_file_copies, replicas.places, names=[file.name])
     if not found or (found[0].fs_version, found[0].date) == (file.fs_version, file.date):
         return False

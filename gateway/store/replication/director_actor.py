@@ -8,11 +8,11 @@ that closes it). A tick reads the files with fewer safe copies than
 ``batch_size`` file ids at a time) and makes one ``replication_batch``
 object per batch (:func:`~gateway.store.replication.batch.write_batches`),
 then waits ``jobs.replicate_interval_s``. While batches
-wait for a worker (due, or backing off between rounds) it only waits, so a
-file is not handed out again before a worker has had its batch; a batch a
-worker holds does not stop it (its files' copies are claimed ``ongoing``
-as the worker goes, and a copy claimed twice is made once: claims are
-compare-and-swap writes), nor does the lease of a worker that died, which
+wait for a batch actor (due, or backing off between rounds) it only waits, so a
+file is not handed out again before a batch actor has had its batch; a batch a
+batch actor holds does not stop it (its files' copies are claimed ``ongoing``
+as the batch actor goes, and a copy claimed twice is made once: claims are
+compare-and-swap writes), nor does the lease of a batch actor that died, which
 would otherwise stop replication until the lease expires. Each pass also
 removes what killed copies left on the storages and publishes newly safe
 files (``store.publish``; :mod:`~gateway.store.replication.pass_effects`).
@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
 
 from gateway.jobs.actors import JobContext
-from gateway.jobs.db import JobObject, Value, format_time, utcnow
+from gateway.jobs.db import JobObject, format_time, utcnow
 from gateway.jobs.settings import JobsSettings
-from gateway.store.object_types import BATCH, DIRECTOR
+from gateway.store.job_rows import DirectorColumns
+from gateway.store.object_types import BATCH, DIRECTOR, DIRECTOR_WAITING_TO_WAITING
 from gateway.store.replication.actor_base import ReplicationActor
 from gateway.store.replication.batch import write_batches
 from gateway.store.replication.director import director_batches
@@ -49,9 +51,9 @@ POLICY: Final = "retention"
 
 
 def read_waiting_batches(conn: sqlite3.Connection, now: datetime) -> int:
-    """How many batch objects wait for a worker: ``queued`` and not held by a live
-    lease (due, or leased by a worker whose lease ran out). A batch in ``copying``
-    does not wait for a worker: its copies are claimed, so its files are not listed."""
+    """How many batch objects wait for a batch actor: ``queued`` and not held by a live
+    lease (due, or leased by one whose lease ran out). A batch in ``copying`` does
+    not wait for a batch actor: its copies are claimed, so its files are not listed."""
     (count,) = conn.execute(
         f"SELECT COUNT(*) FROM {BATCH.table} WHERE retry_at IS NOT NULL AND status = 'queued'"
         " AND (lease_owner IS NULL OR retry_at <= ?)",
@@ -95,31 +97,30 @@ class DirectorActor(ReplicationActor):
         if store is not None and store.storages:
             await ctx.db.call(write_director, utcnow())
 
-    async def tick(self, obj: JobObject) -> None:
+    async def tick(self, obj: JobObject[DirectorColumns]) -> None:
         interval_s = self.ctx.settings.replicate_interval_s
         if await self.ctx.db.call(read_waiting_batches, utcnow()):
-            await self.transition_replication_director_waiting_to_waiting(
-                obj, retry_at=self.due_in(interval_s)
+            await self.transition(
+                obj, DIRECTOR_WAITING_TO_WAITING, retry_at=self.due_in(interval_s)
             )
             return
         batches = [ids async for ids in director_batches(self.replicas)]
-        won = await self.transition_replication_director_waiting_to_waiting(
-            obj,
-            retry_at=self.due_in(interval_s),
-            values={
-                "passes": int(obj["passes"] or 0) + 1,
-                "last_pass_at": format_time(utcnow()),
-                "last_batches": len(batches),
-                "last_files": sum(len(ids) for ids in batches),
-            },
+        values = replace(
+            obj.row,
+            passes=obj.row.passes + 1,
+            last_pass_at=format_time(utcnow()),
+            last_batches=len(batches),
+            last_files=sum(len(ids) for ids in batches),
         )
-        if won:
+        if await self.transition(
+            obj, DIRECTOR_WAITING_TO_WAITING, retry_at=self.due_in(interval_s), values=values
+        ):
             await self._after_pass(obj, batches)
 
-    async def _after_pass(self, obj: JobObject, batches: list[list[int]]) -> None:
+    async def _after_pass(self, obj: JobObject[DirectorColumns], batches: list[list[int]]) -> None:
         """The pass's side effects: its batches, leftovers removed, safe files published."""
         if batches:
-            pass_id = f"director-{obj.id}-{int(obj['passes'] or 0) + 1}"
+            pass_id = f"director-{obj.id}-{obj.row.passes + 1}"
             await self.ctx.db.call(write_batches, batches, pass_id, utcnow())
             logger.info(
                 "replication: %d file(s) need copies; %d batch(es) made",
@@ -128,8 +129,3 @@ class DirectorActor(ReplicationActor):
             )
         await remove_leftovers(self.replicas)
         await publish(self.replicas)
-
-    async def transition_replication_director_waiting_to_waiting(
-        self, obj: JobObject, *, retry_at: datetime, values: dict[str, Value] | None = None
-    ) -> bool:
-        return await self.transition(obj, "waiting", "waiting", retry_at=retry_at, values=values)

@@ -6,9 +6,10 @@ the retention policy, the places a file can be (``primary``, then the
 (:class:`~gateway.storage.pool.StoragePool`), the primary as a storage
 (:class:`~gateway.store.replication.primary.PrimaryStorage`), and one connection to the
 index used from one worker thread (:class:`IndexThread`) for the copy status
-(:mod:`gateway.store.replication.copy_status`). The director, workers, scrub and publisher
-(:mod:`~gateway.store.replication.director`, :mod:`~gateway.store.integrity.copy_scrub`,
-:mod:`~gateway.store.replication.publication`) all work through it.
+(:mod:`gateway.store.replication.copy_status`). The director, batch and copy actors,
+scrub and publisher (:mod:`~gateway.store.replication.director`,
+:mod:`~gateway.store.integrity.copy_scrub`, :mod:`~gateway.store.replication.publication`)
+all work through it.
 
 **Reading from replicas** (issue 13 §4). The store's record loader tries the
 file's place at the primary first, then one :class:`ReplicaLocation` per
@@ -162,7 +163,7 @@ class Replicas:
         self.places: tuple[str, ...] = (PRIMARY, *settings.storages)
         self.pool = StoragePool(settings.storages)
         self.index = IndexThread(layout.db_path, synchronous=_SYNCHRONOUS[settings.fsync])
-        #: The rows (name, ``fs_version``, date) of files seen by the workers
+        #: The rows (name, ``fs_version``, date) of files seen by the actors
         #: and the scrub: where the primary keeps them (:meth:`Layout.place`).
         self.rows: dict[str, Placed] = {}
         self.primary = PrimaryStorage(layout, self.rows.get)
