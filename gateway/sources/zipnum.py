@@ -247,8 +247,8 @@ class ZipNumSource:
         for lines in self._lines(run):
             for index in range(bisect.bisect_left(lines, key), len(lines)):
                 line = lines[index]
-                if line.startswith(CDX_HEADERS):
-                    continue
+                if line < key or line.startswith(CDX_HEADERS):
+                    continue  # (line < key: a block that is not sorted after all)
                 if line >= end:
                     return True
                 try:
