@@ -63,6 +63,7 @@ collections:
     [
         ("zipnum+http://example.org/cluster.idx", "must be a local file"),
         ("{type: zipnum, path: X, max_blocks: 0}", "max_blocks 0: expected at least 1"),
+        ("{type: zipnum, path: X, stat_interval_s: -1}", "stat_interval_s -1.0: expected 0 to"),
         ("{type: zipnum, path: /nonexistent/cluster.idx}", "summary /nonexistent/cluster.idx"),
         ("{type: zipnum, path: X, loc: /nonexistent/x.loc}", "location file /nonexistent/x.loc"),
     ],
