@@ -166,15 +166,9 @@ class CdxRecord:
 
     @classmethod
     def _undecoded(cls, urlkey: str, timestamp: str, plain: str) -> CdxRecord:
-        # Every slot set here, without __init__: one Python frame fewer per line read.
-        record = _new_record(cls)
-        record.urlkey = urlkey
-        record.timestamp = timestamp
+        record = cls(urlkey, timestamp, _NO_FIELDS)
         record._fields = None
         record._plain = plain
-        record._raw = None
-        record._source = None
-        record._coll = None
         return record
 
     @property
@@ -454,9 +448,6 @@ class CdxRecord:
         )
 
     __hash__ = None  # type: ignore[assignment]
-
-
-_new_record: Final = object.__new__
 
 
 def _int_or_none(value: str | None) -> int | None:
