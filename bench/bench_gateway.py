@@ -12,6 +12,8 @@ accepted socket** (stock pywb stalls ~44 ms per keep-alive response; see
 gateway then pywb for each row, at each connection count:
 
 - ``index 1 URL``: ``/iana/index?url=http://www.iana.org/`` (one CDXJ line),
+- ``ZipNum 1 URL``: the same lookup in collection ``zipnum``, the same lines as a
+  ZipNum cluster of 3,000-line blocks (:func:`bench.workloads.iana_cluster`),
 - ``index mix 50``: 50 captures spread evenly over ``iana.cdxj`` (31 distinct
   URLs), each as ``/iana/index?url=URL&closest=TIMESTAMP`` (1 to 16 lines,
   closest first), taken in turn,
@@ -64,12 +66,15 @@ from bench.workloads import (
     check_answers,
     emit,
     floor_answers,
+    iana_cluster,
     mix_paths,
     pair_row,
     quote,
 )
 
 COLL = "iana"
+#: The same captures served from a ZipNum cluster (:func:`~bench.workloads.iana_cluster`).
+ZIPNUM_COLL = "zipnum"
 BOLD_TTF = "http://www.iana.org/_css/2013.1/fonts/OpenSans-Bold.ttf"
 
 
@@ -77,6 +82,7 @@ def rows() -> list[Row]:
     """The workloads, in the order they are measured."""
     return [
         Row("index 1 URL", (f"/{COLL}/index?url=http://www.iana.org/",)),
+        Row("ZipNum 1 URL", (f"/{ZIPNUM_COLL}/index?url=http://www.iana.org/",)),
         Row("index mix 50", mix_paths(COLL)),
         Row(
             "resource 6 KB", (f"/{COLL}/resource?url=http://www.iana.org/&closest=20140126200624",)
@@ -90,11 +96,19 @@ def rows() -> list[Row]:
 
 
 def gateway_yaml() -> str:
-    return f"collections:\n  {COLL}:\n    index: {IANA_CDXJ}\n    resource: {WARCS}/\n"
+    return (
+        f"collections:\n  {COLL}:\n    index: {IANA_CDXJ}\n    resource: {WARCS}/\n"
+        f"  {ZIPNUM_COLL}:\n    index: {iana_cluster()}\n    resource: {WARCS}/\n"
+    )
 
 
 def pywb_config() -> dict[str, object]:
-    return {"collections": {COLL: {"index": str(IANA_CDXJ), "archive_paths": f"{WARCS}/"}}}
+    return {
+        "collections": {
+            COLL: {"index": str(IANA_CDXJ), "archive_paths": f"{WARCS}/"},
+            ZIPNUM_COLL: {"index": str(iana_cluster()), "archive_paths": f"{WARCS}/"},
+        }
+    }
 
 
 def profile_rows(

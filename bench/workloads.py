@@ -11,8 +11,11 @@ the floor is a bare aiohttp server replaying the gateway's answers
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
 import statistics
+import tempfile
 import urllib.parse
 from collections import Counter
 from collections.abc import Sequence
@@ -32,6 +35,45 @@ from bench.harness import (
 
 IANA_CDXJ: Final = SAMPLE_DIR / "cdxj" / "iana.cdxj"
 WARCS: Final = SAMPLE_DIR / "warcs"
+#: Lines per gzip block of the benchmark's ZipNum cluster (pywb's and the IA's default).
+ZIPNUM_BLOCK_LINES: Final = 3000
+
+
+def iana_cluster(lines_per_block: int = ZIPNUM_BLOCK_LINES) -> Path:
+    """``iana.cdxj`` as a ZipNum cluster in pywb's layout; returns its summary's path.
+
+    The cluster (``iana.idx``, ``iana.loc``, shard ``iana-01.cdx.gz``) is
+    written once under the system's temporary directory and rewritten when
+    missing: one gzip member per ``lines_per_block`` CDXJ lines, summary
+    lines ``urlkey timestamp<TAB>part<TAB>offset<TAB>length<TAB>lineno``
+    (pywb ``zipnum.py``, the IA's cluster format), a location file naming
+    the shard relative to it. With the default 3,000 lines per block the
+    sample's 171 lines are one block: a lookup reads and inflates 43 KB.
+    """
+    folder = Path(tempfile.gettempdir()) / f"bench-zipnum-iana-{lines_per_block}"
+    summary = folder / "iana.idx"
+    if summary.exists():
+        return summary
+    building = Path(tempfile.mkdtemp(prefix="bench-zipnum-", dir=tempfile.gettempdir()))
+    lines = IANA_CDXJ.read_bytes().splitlines(keepends=True)
+    index, offset = [], 0
+    with (building / "iana-01.cdx.gz").open("wb") as shard:
+        for number, first in enumerate(range(0, len(lines), lines_per_block), start=1):
+            block = lines[first : first + lines_per_block]
+            member = gzip.compress(b"".join(block), compresslevel=6, mtime=0)
+            shard.write(member)
+            key = b" ".join(block[0].split(b" ", 2)[:2]).decode("utf-8")
+            index.append(f"{key}\tiana-01\t{offset}\t{len(member)}\t{number}\n")
+            offset += len(member)
+    (building / "iana.idx").write_text("".join(index), "utf-8")
+    (building / "iana.loc").write_text("iana-01\tiana-01.cdx.gz\n", "utf-8")
+    try:
+        os.rename(building, folder)
+    except OSError:  # built by another run meanwhile
+        for path in building.iterdir():
+            path.unlink()
+        building.rmdir()
+    return summary
 
 
 @dataclass(frozen=True, slots=True)

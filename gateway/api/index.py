@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Final
 
 from aiohttp import web
+from multidict import istr
 
 from gateway.api.common import (
     ERRORS_HEADER,
@@ -35,7 +36,7 @@ from gateway.api.common import (
     errors_header_value,
     query_params,
 )
-from gateway.api.cors import add_cors_headers
+from gateway.api.cors import add_cors_headers, headers_with_cors
 from gateway.cdx import cdxops
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.ia_query import parse_ia_query
@@ -53,6 +54,12 @@ CONTENT_TYPES: Final[dict[Output, str]] = {
     "text": "text/plain",
     "link": "application/link-format",
 }
+#: Each output's headers with the CORS headers, copied for each answer.
+_HEADERS: Final = {
+    output: headers_with_cors({"Content-Type": content_type})
+    for output, content_type in CONTENT_TYPES.items()
+}
+_OUTCOMES: Final = istr(OUTCOMES_HEADER)
 _FLUSH_BYTES: Final = 64 * 1024
 #: An answer of at most this many records already in memory is rendered in one piece.
 _AT_ONCE_RECORDS: Final = 1000
@@ -100,11 +107,11 @@ async def send_index(
     (:class:`~gateway.errors.AllSourcesFailed`: 503) before anything is sent.
     """
     step, answer = await collection.lookup(query)
-    headers = {"Content-Type": CONTENT_TYPES[query.output]}
+    headers = _HEADERS[query.output].copy()
     if answer.errors:
         headers[ERRORS_HEADER] = errors_header_value(answer.errors)
     if answer.outcomes:
-        headers[OUTCOMES_HEADER] = errors_header_value(answer.outcomes)
+        headers[_OUTCOMES] = errors_header_value(answer.outcomes)
     if step is not None and collection.is_sequence:
         headers[STEP_HEADER] = step.name
     render, separator, terminator = line_renderer(query)

@@ -41,6 +41,8 @@ class Breaker:
 
     def check(self, name: str) -> None:
         """Raise :class:`SourceSkipped` while the breaker is open."""
+        if not self.open_until:  # closed: no clock read
+            return
         remaining = self.open_until - time.monotonic()
         if remaining > 0:
             self.skipped += 1

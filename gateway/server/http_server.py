@@ -158,7 +158,8 @@ class TargetEncodingParser:
         Raises aiohttp's ``HttpProcessingError`` for what stays malformed.
         """
         payload = self._payload
-        between = payload is None or payload.is_eof()
+        # (EMPTY_PAYLOAD, a GET's, first: one Python call fewer per request.)
+        between = payload is None or payload is EMPTY_PAYLOAD or payload.is_eof()
         try:
             result = self._parser.feed_data(data)
         except InvalidURLError as exc:

@@ -19,14 +19,24 @@ starts before ``query.key`` and every block that starts before
 ``query.end_key``; adjacent blocks of one shard are read together, up to
 ``max_blocks`` at a time (pywb's default 10), with ``pread``, inflated and cut
 to the key range. The summary, the location file and the shards are reopened
-when they change (one ``os.stat`` each per lookup). Shards must be local
-files: a location that is a URL is reported as a source failure.
+when they change, checked with one ``os.stat`` each at most every
+``stat_interval_s`` (as CDXJ files, :mod:`gateway.sources.cdxj_file`). The
+lines of the last blocks inflated are kept (:class:`_InflatedBlocks`, at most
+:data:`INFLATED_BYTES` of lines per source), keyed by the shard file's
+identity (device, inode, mtime, size), the block's offset and length, so
+a lookup of a block read before costs a dictionary lookup and a bisection
+instead of the read and the inflation of its few thousand lines (a 3,000-line
+block is about 1 MB of text). Shards must be local files: a location that
+is a URL is reported as a source failure.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
+import time
 import zlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Generator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Self
@@ -39,6 +49,7 @@ from gateway.errors import SourceBadAnswer, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.paths import absolute_path
 from gateway.sources.base import IndexSource, SourceConfig
+from gateway.sources.cdxj_file import STAT_INTERVAL_S
 from gateway.sources.cdxj_scan import (
     CDX_HEADERS,
     Handle,
@@ -49,6 +60,7 @@ from gateway.sources.cdxj_scan import (
 )
 
 __all__ = [
+    "INFLATED_BYTES",
     "SUMMARY_SUFFIXES",
     "ZipNumSource",
     "ZipNumSourceConfig",
@@ -65,23 +77,32 @@ _SUMMARY_READ_BYTES: Final = 64 * 1024
 _MAX_BLOCK_TEXT: Final = 64 * 1024 * 1024
 #: A summary line longer than this is not a summary line.
 _MAX_SUMMARY_LINE: Final = 64 * 1024
+#: Bytes of inflated lines a source keeps (about 64 blocks of 3,000 lines).
+INFLATED_BYTES: Final = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ZipNumSourceConfig:
     """A ZipNum summary ``path``; ``loc`` the location file (default: the
-    summary's name with ``.loc``); ``max_blocks`` adjacent blocks read at once.
+    summary's name with ``.loc``); ``max_blocks`` adjacent blocks read at once;
+    ``stat_interval_s`` how often (seconds) a lookup checks with ``os.stat``
+    whether the summary, the location file or a shard changed (0: every lookup).
     Both paths are made absolute when the config is loaded (:mod:`gateway.paths`)."""
 
     path: str
     loc: str | None = None
     max_blocks: int = 10
+    stat_interval_s: float = STAT_INTERVAL_S
 
     def __post_init__(self) -> None:
         if not self.path:
             raise ValueError("empty ZipNum summary path; expected zipnum+/path/to/index.idx")
         if self.max_blocks < 1:
             raise ValueError(f"max_blocks {self.max_blocks}: expected at least 1")
+        if not 0 <= self.stat_interval_s <= 3600:
+            raise ValueError(
+                f"stat_interval_s {self.stat_interval_s!r}: expected 0 to 3600 seconds"
+            )
         object.__setattr__(self, "path", absolute_path(self.path))
         if self.loc:
             object.__setattr__(self, "loc", absolute_path(self.loc))
@@ -90,8 +111,9 @@ class ZipNumSourceConfig:
     def from_shorthand(cls, text: str) -> Self:
         """``zipnum+PATH``, ``zipnum+file:///PATH`` or a path ending ``.idx``/``.summary``.
 
-        >>> ZipNumSourceConfig.from_shorthand("zipnum+file:///srv/cluster/index.idx")
-        ZipNumSourceConfig(path='/srv/cluster/index.idx', loc=None, max_blocks=10)
+        >>> config = ZipNumSourceConfig.from_shorthand("zipnum+file:///srv/cluster/index.idx")
+        >>> config.path, config.loc, config.max_blocks, config.stat_interval_s
+        ('/srv/cluster/index.idx', None, 10, 1.0)
         >>> ZipNumSourceConfig.from_shorthand("/srv/cluster/all.summary").path
         '/srv/cluster/all.summary'
 
@@ -116,6 +138,41 @@ class _Block:
     length: int
 
 
+class _InflatedBlocks:
+    """The lines of the blocks inflated last, by ``(shard identity, offset, length)``;
+    the least recently used go first once they hold more than ``limit`` bytes."""
+
+    __slots__ = ("_blocks", "limit", "size")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self._blocks: OrderedDict[tuple[object, ...], tuple[list[bytes], int]] = OrderedDict()
+
+    def __contains__(self, key: tuple[object, ...]) -> bool:
+        return key in self._blocks
+
+    def get(self, key: tuple[object, ...]) -> list[bytes] | None:
+        kept = self._blocks.get(key)
+        if kept is None:
+            return None
+        self._blocks.move_to_end(key)
+        return kept[0]
+
+    def put(self, key: tuple[object, ...], lines: list[bytes], size: int) -> None:
+        if size > self.limit or key in self._blocks:
+            return
+        self._blocks[key] = (lines, size)
+        self.size += size
+        while self.size > self.limit:
+            _old, (_lines, dropped) = self._blocks.popitem(last=False)
+            self.size -= dropped
+
+    def clear(self) -> None:
+        self._blocks.clear()
+        self.size = 0
+
+
 class ZipNumSource:
     """A ZipNum cluster (module docstring); records in ``[key, end_key)``, sorted.
 
@@ -136,10 +193,13 @@ class ZipNumSource:
         self.path = os.path.abspath(config.path)
         self.loc_path = os.path.abspath(config.loc or os.path.splitext(config.path)[0] + ".loc")
         self.max_blocks = config.max_blocks
-        self._summary = IndexFile(self.path, source=name)
+        self.stat_interval_s = config.stat_interval_s
+        self._summary = IndexFile(self.path, source=name, stat_interval_s=self.stat_interval_s)
         self._shards: dict[str, IndexFile] = {}
         self._locations: dict[str, list[str]] = {}
         self._loc_identity: tuple[int, int, int, int] | None = None
+        self._loc_checked_until = 0.0
+        self._inflated = _InflatedBlocks(INFLATED_BYTES)
 
     @classmethod
     def from_config(cls, config: SourceConfig, *, name: str, clients: SharedClients) -> IndexSource:
@@ -189,16 +249,19 @@ class ZipNumSource:
         self, run: list[_Block], key: bytes, end: bytes
     ) -> Generator[CdxRecord | None, None, bool]:
         """Records of a run of adjacent blocks in ``[key, end)``, then a checkpoint;
-        returns True once a line at or past ``end`` was met."""
-        for line in self._lines(run):
-            if line < key or line.startswith(CDX_HEADERS):
-                continue
-            if line >= end:
-                return True
-            try:
-                yield CdxRecord.parse(line)
-            except CdxFormatError as exc:
-                raise SourceBadAnswer(self.name, f"ZipNum shard {run[0].part}: {exc}") from exc
+        returns True once a line at or past ``end`` was met. A block's lines
+        are sorted (the format): the first at or after ``key`` is bisected for."""
+        for lines in self._lines(run):
+            for index in range(bisect.bisect_left(lines, key), len(lines)):
+                line = lines[index]
+                if line < key or line.startswith(CDX_HEADERS):
+                    continue  # (line < key: a block that is not sorted after all)
+                if line >= end:
+                    return True
+                try:
+                    yield CdxRecord.parse(line)
+                except CdxFormatError as exc:
+                    raise SourceBadAnswer(self.name, f"ZipNum shard {run[0].part}: {exc}") from exc
         yield None  # a checkpoint after every read
         return False
 
@@ -227,11 +290,15 @@ class ZipNumSource:
 
     # -------------------------------------------------------------- the shards
     def _load_locations(self) -> None:
-        """Re-read the location file when it changed (pywb reads it on every lookup)."""
+        """Re-read the location file when it changed (pywb reads it on every lookup),
+        checked at most every ``stat_interval_s``."""
+        if self.stat_interval_s and time.monotonic() < self._loc_checked_until:
+            return
         try:
             st = os.stat(self.loc_path)
             identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
             if identity == self._loc_identity:
+                self._loc_checked_until = time.monotonic() + self.stat_interval_s
                 return
             with open(self.loc_path, encoding="utf-8") as fh:
                 text = fh.read()
@@ -249,19 +316,29 @@ class ZipNumSource:
             locations[part] = [p if "://" in p else os.path.join(base, p) for p in paths if p]
         self._locations = locations
         self._loc_identity = identity
+        self._loc_checked_until = time.monotonic() + self.stat_interval_s
 
-    def _lines(self, run: Sequence[_Block]) -> Generator[bytes, None, None]:
-        """The lines of a run of adjacent blocks of one shard, block by block."""
+    def _lines(self, run: Sequence[_Block]) -> list[list[bytes]]:
+        """The lines of each block of a run of adjacent blocks of one shard, from
+        :class:`_InflatedBlocks` or one read of the whole run."""
         part = run[0].part
-        data = self._read(part, run[0].offset, sum(block.length for block in run))
+        identity, data = self._read(part, run)
+        if data is None:  # every block of the run is kept
+            return [self._inflated.get((identity, b.offset, b.length)) or [] for b in run]
+        blocks: list[list[bytes]] = []
         at = 0
         for block in run:
             member = data[at : at + block.length]
             at += block.length
-            yield from inflate_block(member, source=self.name, part=part, offset=block.offset)
+            lines = inflate_block(member, source=self.name, part=part, offset=block.offset)
+            blocks.append(lines)
+            size = sum(map(len, lines)) + len(lines)  # the text's bytes, newlines included
+            self._inflated.put((identity, block.offset, block.length), lines, size)
+        return blocks
 
-    def _read(self, part: str, offset: int, length: int) -> bytes:
-        """``length`` bytes at ``offset`` of shard ``part``, from its first readable location."""
+    def _read(self, part: str, run: Sequence[_Block]) -> tuple[object, bytes | None]:
+        """The identity of the first readable location of shard ``part`` and the
+        bytes of ``run`` there, or None for the bytes when every block of it is kept."""
         paths = self._locations.get(part)
         if not paths:
             problem = "has no path in" if paths is not None else "is not in"
@@ -270,6 +347,8 @@ class ZipNumSource:
                 f"ZipNum part {part!r} {problem} location file {self.loc_path}; "
                 "expected a line 'part<TAB>path[<TAB>path...]'",
             )
+        offset = run[0].offset
+        length = sum(block.length for block in run)
         failures = []
         for path in paths:
             if "://" in path:
@@ -277,13 +356,16 @@ class ZipNumSource:
                 continue
             shard = self._shards.get(path)
             if shard is None:
-                shard = self._shards[path] = IndexFile(path, self.name)
+                shard = self._shards[path] = IndexFile(path, self.name, self.stat_interval_s)
             try:
                 handle = shard.acquire()
             except OSError as exc:
                 failures.append(f"{path}: {exc.strerror or exc}")
                 continue
+            identity = handle.identity
             try:
+                if all((identity, b.offset, b.length) in self._inflated for b in run):
+                    return identity, None
                 data = os.pread(handle.fd, length, offset)
             except OSError as exc:
                 failures.append(f"{path}: {exc.strerror or exc}")
@@ -293,7 +375,7 @@ class ZipNumSource:
             if len(data) < length:
                 failures.append(f"{path}: ends before byte {offset + length}")
                 continue
-            return data
+            return identity, data
         raise SourceUnavailable(
             self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
         )
@@ -320,6 +402,7 @@ class ZipNumSource:
         for shard in self._shards.values():
             shard.close()
         self._shards = {}
+        self._inflated.clear()
 
 
 def inflate_block(member: bytes, *, source: str, part: str, offset: int) -> list[bytes]:
