@@ -17,10 +17,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gateway.access.policy import ACCESS_FIELD, ACL_USER, MESSAGE_FIELD, AccessPolicy
 from gateway.cdx import cdxops
 from gateway.cdx.cdxj import CdxRecord
-from gateway.cdx.query import CaptureQuery, CdxFilter
+from gateway.cdx.query import CaptureQuery, CdxFilter, now_timestamp
 from gateway.errors import (
+    AccessBlocked,
     AllSourcesFailed,
     ArchiveFileNotFound,
     ArchiveUnavailable,
@@ -132,13 +134,16 @@ class Collection:
     """A named collection: steps tried in order (one step when not a ``sequence``).
 
     ``fuzzy`` holds the rules that widen an empty exact lookup
-    (:mod:`gateway.index.fuzzy`); None turns fuzzy matching off.
+    (:mod:`gateway.index.fuzzy`); None turns fuzzy matching off. ``access``
+    is the collection's access policy, also held by every step's index group
+    (where it is enforced: :mod:`gateway.index.group`); None: no access control.
     """
 
     name: str
     steps: list[Step]
     is_sequence: bool = False
     fuzzy: FuzzyRules | None = None
+    access: AccessPolicy | None = None
 
     def widen(self, query: CaptureQuery) -> Widened | None:
         """The fuzzy lookup to try when ``query`` found nothing in any step, if any."""
@@ -289,8 +294,24 @@ class _OriginalFinder:
         except ValueError:
             return
         answer = await self.step.index.lookup(query)
-        async for record in answer:
-            yield record
+        try:
+            async for record in answer:
+                _check_not_blocked(record)  # the original of a revisit is checked too
+                yield record
+        finally:
+            await answer.aclose()
+
+
+def _check_not_blocked(capture: CdxRecord) -> None:
+    """Raise :class:`AccessBlocked` (451) when ``capture`` is listed ``access: block``
+    (by this collection's rules, or by a remote archive that lists it so)."""
+    fields = capture.fields
+    if fields.get(ACCESS_FIELD) == "block":
+        raise AccessBlocked(
+            fields.get(MESSAGE_FIELD)
+            or f"access to the capture of {capture.url or capture.urlkey} at "
+            f"{capture.timestamp} is blocked"
+        )
 
 
 async def find_record(
@@ -326,7 +347,10 @@ async def find_record(
     offset) when every capture that failed is a record whose length cannot be
     read; :class:`AllSourcesFailed` (503) when every source of every step
     failed, or the first :class:`~gateway.errors.SourceRefused` (a 4xx) when
-    every one refused the query as the client's error.
+    every one refused the query as the client's error;
+    :class:`~gateway.errors.AccessBlocked` (451) when the first capture tried,
+    or the original of a revisit, is listed ``access: block`` (pywb
+    ``ResourceHandler``: the first capture not allowed stops the load).
     Places that could not be reached (:class:`~gateway.errors.PlaceUnreachable`,
     an upstream archive unreachable or answering 5xx, a load timeout), and
     only they, feed the step's :attr:`Step.load_breakers`.
@@ -450,7 +474,11 @@ async def _first_loadable(
         )
         if widened is None:
             recorder = step.recorder
-            if recorder is not None and recorder.skip_if_updated_days is not None:
+            if (
+                recorder is not None
+                and recorder.skip_if_updated_days is not None
+                and _allowed_now(collection.access, query)
+            ):
                 recent = await recorder.recent(query.url, ctx)
                 if recent is not None:
                     return step, recent
@@ -463,6 +491,7 @@ async def _first_loadable(
         try:
             async for capture in answer:
                 seen.captures = True
+                _check_not_blocked(capture)
                 loaded = await _load_capture(step, capture, ctx, errors, seen)
                 if loaded is not None:
                     if step.recorder is not None and step.recorder.wants(capture):
@@ -471,6 +500,14 @@ async def _first_loadable(
         finally:
             await answer.aclose()
     return None
+
+
+def _allowed_now(access: AccessPolicy | None, query: CaptureQuery) -> bool:
+    """Whether a capture of ``query``'s URL made now would be served (the store's
+    recent capture is served without an index lookup, so it is checked here)."""
+    if access is None:
+        return True
+    return access.decide(query.key, now_timestamp(), ACL_USER.get()).access == "allow"
 
 
 def _unavailable(exc: LoadError) -> bool:

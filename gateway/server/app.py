@@ -37,6 +37,7 @@ from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, SHOW_PATHS, TIM
 from gateway.api.metrics import CLIENT_LEFT_STATUS, METRICS, Metrics, RouteStats, register_collector
 from gateway.api.readiness import READINESS, Readiness
 from gateway.cdx.cdxj import canonical_urlkey
+from gateway.access.policy import ACL_USER
 from gateway.clients import SharedClients
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError
@@ -119,6 +120,20 @@ def api_route(handler: Handler, stats: RouteStats) -> Handler:
             add_cors_headers(response)
         stats.observe(response.status, perf_counter() - start)
         return response
+
+    return route
+
+
+def acl_user_route(handler: Handler, header: str) -> Handler:
+    """``handler`` with the user of per-user access rules taken from ``header``
+    (the operator's ``access.user_header``, set by a proxy in front), in
+    :data:`~gateway.access.policy.ACL_USER` for the request's task. Without
+    that setting no route is wrapped: no client-sent header names a user."""
+
+    @functools.wraps(handler)
+    async def route(request: web.Request) -> web.StreamResponse:
+        ACL_USER.set(request.headers.get(header) or None)
+        return await handler(request)
 
     return route
 
@@ -359,6 +374,9 @@ def _add_routes(
 
         forward = forwarding(app, recorder, recording)
         routes = [(m, p, forward(h) if "{coll}" in p else h) for m, p, h in routes]
+    user_header = app[CONFIG].access.user_header
+    if user_header is not None:
+        routes = [(m, p, acl_user_route(h, user_header)) for m, p, h in routes]
     for method, path, handler in routes:
         stats = metrics.route(method, path)
         if method == "GET":
