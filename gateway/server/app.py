@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from aiohttp.web_urldispatcher import UrlMappingMatchInfo
 
+from gateway.access.policy import ACL_USER
 from gateway.api.common import ERRORS_HEADER, client_left, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
 from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, SHOW_PATHS, TIMEMAP_PAGE_SIZE
 from gateway.api.metrics import CLIENT_LEFT_STATUS, METRICS, Metrics, RouteStats, register_collector
 from gateway.api.readiness import READINESS, Readiness
 from gateway.cdx.cdxj import canonical_urlkey
-from gateway.access.policy import ACL_USER
 from gateway.clients import SharedClients
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError
