@@ -493,6 +493,10 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.commands.jobs import add_subcommands as add_jobs_subcommands
 
     add_jobs_subcommands(sub)
+
+    from gateway.commands.acl import add_subcommands as add_acl_subcommands
+
+    add_acl_subcommands(sub)
     return parser
 
 
