@@ -227,10 +227,9 @@ class AccessGate:
         decisions[access] += 1
         if access == "exclude":
             return False
-        fields = record.fields
-        fields[ACCESS_FIELD] = access
+        record.set_access(access)
         if access == "block" and rule is not None and rule.message and rule.access == "block":
-            fields[MESSAGE_FIELD] = rule.message
+            record.fields[MESSAGE_FIELD] = rule.message
         return True
 
     def access_of(self, rule: Rule | None, timestamp: str) -> str:
