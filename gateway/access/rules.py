@@ -79,6 +79,8 @@ _KNOWN_KEYS: Final = frozenset(
         "modified_at",
     }
 )
+#: Keys that need no checking beyond their presence (the usual rule line).
+_PLAIN_KEYS: Final = frozenset({"access", "url", "reason", "comment", "modified_by", "modified_at"})
 _TIMESTAMP: Final = re.compile(r"[0-9]{1,14}")
 
 
@@ -154,10 +156,10 @@ def parse_rule_line(text: str, *, path: str = "<rule>", line: int = 1) -> Rule:
         data = json.loads(block)
     except ValueError as exc:
         raise AclFileError(path, line, f"bad JSON block: {exc}") from exc
-    if not isinstance(data, dict):
+    if type(data) is not dict:
         raise AclFileError(path, line, "the JSON block is not an object")
-    unknown = sorted(set(data) - _KNOWN_KEYS)
-    if unknown:
+    if not data.keys() <= _KNOWN_KEYS:
+        unknown = sorted(set(data) - _KNOWN_KEYS)
         raise AclFileError(
             path,
             line,
@@ -169,9 +171,12 @@ def parse_rule_line(text: str, *, path: str = "<rule>", line: int = 1) -> Rule:
             path, line, f"access {access!r}: expected one of {', '.join(ACCESS_TYPES)}"
         )
     exact = full_key.endswith(EXACT_SUFFIX)
+    key = full_key[: -len(EXACT_SUFFIX)] if exact else full_key
+    if data.keys() <= _PLAIN_KEYS:  # the usual line: nothing more to check
+        return Rule(key=key, exact=exact, access=access, fields=data, text=text)
     try:
         return Rule(
-            key=full_key[: -len(EXACT_SUFFIX)] if exact else full_key,
+            key=key,
             exact=exact,
             access=access,
             user=_optional_str(data, "user"),
