@@ -103,7 +103,7 @@ class AccessPolicy:
         files at most once a second and reloads them in a thread when changed."""
         if self.config.acl_paths:
             self._maybe_reload()
-        return AccessGate(self, key, end_key, ACL_USER.get(), datetime.now(UTC))
+        return AccessGate(self, key, end_key, ACL_USER.get(), None)
 
     def decide(
         self, urlkey: str, timestamp: str, user: str | None, now: datetime | None = None
@@ -179,13 +179,22 @@ class AccessGate:
     )
 
     def __init__(
-        self, policy: AccessPolicy, key: str, end_key: str, user: str | None, now: datetime
+        self,
+        policy: AccessPolicy,
+        key: str,
+        end_key: str,
+        user: str | None,
+        now: datetime | None,
     ) -> None:
         self._policy = policy
         rules = self._rules = policy.rules
         self._user = user
+        # The wall clock is read only when something depends on it: a rule's
+        # window, a period (rule or embargo), a time given by the caller.
         self._now = now
-        self._now_ts = now_ts = now_timestamp(now)
+        if now is None and rules.windowed:
+            now = self._now = datetime.now(UTC)
+        self._now_ts = now_ts = now_timestamp(now) if now is not None else ""
         self._thresholds: dict[Period, str] = {}
         common = _common_prefix(key, end_key)
         self._inner = rules.span(common, end_key) if rules.keys else (0, 0)
@@ -252,6 +261,8 @@ class AccessGate:
     def _threshold(self, period: Period) -> str:
         found = self._thresholds.get(period)
         if found is None:
+            if self._now is None:
+                self._now = datetime.now(UTC)
             found = self._thresholds[period] = period.before(self._now)
         return found
 
@@ -280,6 +291,12 @@ class AccessGate:
 
 
 def _common_prefix(a: str, b: str) -> str:
+    """The longest common prefix of a lookup's ``key`` and ``end_key``; the usual
+    ranges (exact: ``k``, ``k!``; prefix: ``kx``, ``ky``) without a loop."""
+    if b.startswith(a):
+        return a
+    if a[:-1] == b[:-1]:
+        return a[:-1]
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:

@@ -264,7 +264,7 @@ class RuleSet:
     replaces the earlier one (as ``wb-manager acl add`` does).
     """
 
-    __slots__ = ("catch_all", "count", "exact", "groups", "keys", "sources")
+    __slots__ = ("catch_all", "count", "exact", "groups", "keys", "sources", "windowed")
 
     def __init__(self, rules: Iterable[Rule] = (), sources: Sequence[str] = ()) -> None:
         self.groups: dict[str, RuleGroup] = {}
@@ -272,7 +272,11 @@ class RuleSet:
         self.catch_all: RuleGroup | None = None
         self.count = 0
         self.sources = tuple(sources)
+        #: True when a rule has an ``access_from``/``access_until`` window.
+        self.windowed = False
         for rule in rules:
+            if rule.access_from is not None or rule.access_until is not None:
+                self.windowed = True
             if rule.key == CATCH_ALL and not rule.exact:
                 if self.catch_all is None:
                     self.catch_all = RuleGroup()
@@ -290,7 +294,9 @@ class RuleSet:
     def find(self, urlkey: str, user: str | None, now: str) -> Rule | None:
         """The rule that decides for ``urlkey``: exact, then longest prefix, then ``*,``.
 
-        None when no rule applies (the collection's ``default_access`` decides).
+        ``now`` (14 digits) is compared with rules' windows only (it may be
+        empty when :attr:`windowed` is false). None when no rule applies (the
+        collection's ``default_access`` decides).
         """
         if self.exact:
             group = self.exact.get(urlkey)

@@ -111,8 +111,12 @@ def _source_suffix(source: str | None, coll: str | None, access: str | None = No
     if coll is not None:
         pieces.append(f', "source-coll": {json.dumps(coll)}')
     if access is not None:
-        pieces.append(f', "access": {json.dumps(access)}')
+        pieces.append(_ACCESS_SUFFIXES.get(access) or f', "access": {json.dumps(access)}')
     return "".join(pieces) + "}"
+
+
+#: The ``access`` values access control lists, written once.
+_ACCESS_SUFFIXES: Final = {value: f', "access": "{value}"' for value in ("allow", "block")}
 
 
 class CdxFormatError(ValueError):

@@ -133,3 +133,44 @@ async def test_metrics_count_rules_and_decisions(
     assert counts["allow"] > 50, counts
     assert counts["block"] >= 2, counts
     assert counts["exclude"] >= 10, counts
+
+
+async def test_the_page_shows_a_blocked_captures_message(
+    make_client: MakeClient, sample_dir: Path, tmp_path: Path
+) -> None:
+    acl = tmp_path / "rules.aclj"
+    acl.write_text(
+        'org,iana)/ - {"access": "block", "before": "20140126201000", '
+        '"message": "Embargoed by the depositor"}\n'
+    )
+    body = f"    index: {sample_dir}/cdxj/iana.cdxj\n    resource: {sample_dir}/warcs/\n"
+    client = await make_client(_config(sample_dir, acl, body))
+    resp = await client.get(
+        "/c/",
+        params={"url": "http://www.iana.org/", "day": "20140126"},
+        headers={"Accept": "text/html"},
+    )
+    page = await resp.text()
+    assert resp.status == 200
+    assert "Embargoed by the depositor" in page  # the blocked capture of 20:06:24
+    assert "20140126200624id_/" not in page  # listed, without a link that would load it
+
+
+async def test_post_request_routes_obey_the_same_rules(
+    make_client: MakeClient, sample_dir: Path, tmp_path: Path
+) -> None:
+    acl = tmp_path / "rules.aclj"
+    acl.write_text(
+        'org,iana)/about - {"access": "block"}\norg,iana)/_css - {"access": "exclude"}\n'
+    )
+    body = f"    index: {sample_dir}/cdxj/iana.cdxj\n    resource: {sample_dir}/warcs/\n"
+    client = await make_client(_config(sample_dir, acl, body))
+    for route in ("resource/postreq", "postreq/resource", "resource-post"):
+        about = b"GET /about HTTP/1.1\r\nHost: www.iana.org\r\n\r\n"
+        assert (await client.post(f"/c/{route}", data=about)).status == 451, route
+        css = b"GET /_css/2013.1/print.css HTTP/1.1\r\nHost: www.iana.org\r\n\r\n"
+        assert (await client.post(f"/c/{route}", data=css)).status == 404, route
+    css = b"GET /_css/2013.1/print.css HTTP/1.1\r\nHost: www.iana.org\r\n\r\n"
+    resp = await client.post("/c/index/postreq", data=css)
+    assert resp.status == 200
+    assert not (await resp.text()).strip()
