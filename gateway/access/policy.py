@@ -21,9 +21,10 @@ the embargo, unless the access is ``exclude`` or ``allow_ignore_embargo``
 
 The rule search runs per lookup key range, not per line: the rules that can
 match any key of ``[key, end_key)`` are found once (those that are prefixes
-of the range's common prefix, and those inside the range), and a capture
-costs a dictionary lookup for exact rules and a search among the rules
-inside the range only when there are some. Consecutive captures of one
+of the range's common prefix, and those inside the range) and remembered by
+the rule set for the next lookups of that range (:data:`RANGES_CACHED`); a
+capture then costs a dictionary lookup for exact rules and a search among the
+rules inside the range only when there are some. Consecutive captures of one
 urlkey reuse its rule.
 
 The user of per-user rules is :data:`ACL_USER` (a context variable the API
@@ -63,6 +64,8 @@ ACCESS_FIELD: Final = "access"
 MESSAGE_FIELD: Final = "_access_message"
 #: Seconds between two looks at the rule files' modification times.
 RELOAD_CHECK_S: Final = 1.0
+#: Lookup ranges whose covering rule a rule set remembers (then it starts afresh).
+RANGES_CACHED: Final = 4096
 
 
 class Decision:
@@ -196,12 +199,15 @@ class AccessGate:
             now = self._now = datetime.now(UTC)
         self._now_ts = now_ts = now_timestamp(now) if now is not None else ""
         self._thresholds: dict[Period, str] = {}
-        common = _common_prefix(key, end_key)
-        self._inner = rules.span(common, end_key) if rules.keys else (0, 0)
-        cover = rules.longest_prefix(common, user, now_ts, 0, len(rules.keys))
-        if cover is None and rules.catch_all is not None:
-            cover = rules.catch_all.pick(user, now_ts)
-        self._cover = cover
+        found = None if rules.windowed else rules.ranges.get((key, end_key, user))
+        if found is None:
+            found = _range_rules(rules, key, end_key, user, now_ts)
+            if not rules.windowed:
+                if len(rules.ranges) >= RANGES_CACHED:
+                    rules.ranges.clear()
+                rules.ranges[(key, end_key, user)] = found
+        self._cover, lo, hi = found
+        self._inner = (lo, hi)
         self._exact = bool(rules.exact)
         self._last_key: str | None = None
         self._rule: Rule | None = None
@@ -288,6 +294,19 @@ class AccessGate:
         assert embargo.period is not None
         threshold = self._threshold(embargo.period)
         return ts > threshold if embargo.kind == "newer" else ts < threshold
+
+
+def _range_rules(
+    rules: RuleSet, key: str, end_key: str, user: str | None, now: str
+) -> tuple[Rule | None, int, int]:
+    """The rule covering every urlkey of ``[key, end_key)`` (the longest prefix of
+    their common prefix, else ``*,``) and the positions of the keys inside it."""
+    common = _common_prefix(key, end_key)
+    lo, hi = rules.span(common, end_key) if rules.keys else (0, 0)
+    cover = rules.longest_prefix(common, user, now, 0, len(rules.keys))
+    if cover is None and rules.catch_all is not None:
+        cover = rules.catch_all.pick(user, now)
+    return cover, lo, hi
 
 
 def _common_prefix(a: str, b: str) -> str:

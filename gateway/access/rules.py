@@ -264,7 +264,16 @@ class RuleSet:
     replaces the earlier one (as ``wb-manager acl add`` does).
     """
 
-    __slots__ = ("catch_all", "count", "exact", "groups", "keys", "sources", "windowed")
+    __slots__ = (
+        "catch_all",
+        "count",
+        "exact",
+        "groups",
+        "keys",
+        "ranges",
+        "sources",
+        "windowed",
+    )
 
     def __init__(self, rules: Iterable[Rule] = (), sources: Sequence[str] = ()) -> None:
         self.groups: dict[str, RuleGroup] = {}
@@ -287,6 +296,11 @@ class RuleSet:
             if group.add(rule) is None:
                 self.count += 1
         self.keys: list[str] = sorted(self.groups)
+        #: What a lookup range needs, by (range start, end, user): the rule
+        #: covering the whole range and the positions of the keys inside it
+        #: (:class:`gateway.access.policy.AccessGate`; not used when
+        #: :attr:`windowed`, where the covering rule depends on the time).
+        self.ranges: dict[tuple[str, str, str | None], tuple[Rule | None, int, int]] = {}
 
     def __len__(self) -> int:
         return self.count
