@@ -44,6 +44,7 @@ from gateway.access.rules import AclFileError, Rule, RuleSet, read_rule_files, r
 from gateway.access.settings import AccessConfig
 from gateway.access.timeutil import Period, now_timestamp, pad_up
 from gateway.cdx.cdxj import CdxRecord
+from gateway.errors import AccessBlocked
 
 __all__ = [
     "ACCESS_FIELD",
@@ -52,6 +53,7 @@ __all__ = [
     "AccessGate",
     "AccessPolicy",
     "Decision",
+    "check_not_blocked",
 ]
 
 logger = logging.getLogger(__name__)
@@ -108,6 +110,11 @@ class AccessPolicy:
             self._maybe_reload()
         return AccessGate(self, key, end_key, ACL_USER.get(), None)
 
+    def allows_now(self, urlkey: str) -> bool:
+        """Whether a capture of ``urlkey`` made now is served to the current user
+        (a recording step's recent capture is served without an index lookup)."""
+        return self.decide(urlkey, now_timestamp(), ACL_USER.get()).access == "allow"
+
     def decide(
         self, urlkey: str, timestamp: str, user: str | None, now: datetime | None = None
     ) -> Decision:
@@ -145,6 +152,19 @@ class AccessPolicy:
             self.rules = rules
         finally:
             self._reloading = None
+
+
+def check_not_blocked(capture: CdxRecord) -> None:
+    """Raise :class:`~gateway.errors.AccessBlocked` (451) when ``capture`` is listed
+    ``access: block`` (by the collection's rules, or by a remote archive that lists
+    it so), with the rule's message or a generic one."""
+    fields = capture.fields
+    if fields.get(ACCESS_FIELD) == "block":
+        raise AccessBlocked(
+            fields.get(MESSAGE_FIELD)
+            or f"access to the capture of {capture.url or capture.urlkey} at "
+            f"{capture.timestamp} is blocked"
+        )
 
 
 def _signature(paths: tuple[str, ...]) -> object:

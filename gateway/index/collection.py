@@ -17,12 +17,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.access.policy import ACCESS_FIELD, ACL_USER, MESSAGE_FIELD, AccessPolicy
+from gateway.access.policy import AccessPolicy, check_not_blocked
 from gateway.cdx import cdxops
 from gateway.cdx.cdxj import CdxRecord
-from gateway.cdx.query import CaptureQuery, CdxFilter, now_timestamp
+from gateway.cdx.query import CaptureQuery, CdxFilter
 from gateway.errors import (
-    AccessBlocked,
     AllSourcesFailed,
     ArchiveFileNotFound,
     ArchiveUnavailable,
@@ -296,22 +295,10 @@ class _OriginalFinder:
         answer = await self.step.index.lookup(query)
         try:
             async for record in answer:
-                _check_not_blocked(record)  # the original of a revisit is checked too
+                check_not_blocked(record)  # the original of a revisit is checked too
                 yield record
         finally:
             await answer.aclose()
-
-
-def _check_not_blocked(capture: CdxRecord) -> None:
-    """Raise :class:`AccessBlocked` (451) when ``capture`` is listed ``access: block``
-    (by this collection's rules, or by a remote archive that lists it so)."""
-    fields = capture.fields
-    if fields.get(ACCESS_FIELD) == "block":
-        raise AccessBlocked(
-            fields.get(MESSAGE_FIELD)
-            or f"access to the capture of {capture.url or capture.urlkey} at "
-            f"{capture.timestamp} is blocked"
-        )
 
 
 async def find_record(
@@ -477,7 +464,7 @@ async def _first_loadable(
             if (
                 recorder is not None
                 and recorder.skip_if_updated_days is not None
-                and _allowed_now(collection.access, query)
+                and (collection.access is None or collection.access.allows_now(query.key))
             ):
                 recent = await recorder.recent(query.url, ctx)
                 if recent is not None:
@@ -491,7 +478,7 @@ async def _first_loadable(
         try:
             async for capture in answer:
                 seen.captures = True
-                _check_not_blocked(capture)
+                check_not_blocked(capture)
                 loaded = await _load_capture(step, capture, ctx, errors, seen)
                 if loaded is not None:
                     if step.recorder is not None and step.recorder.wants(capture):
@@ -500,14 +487,6 @@ async def _first_loadable(
         finally:
             await answer.aclose()
     return None
-
-
-def _allowed_now(access: AccessPolicy | None, query: CaptureQuery) -> bool:
-    """Whether a capture of ``query``'s URL made now would be served (the store's
-    recent capture is served without an index lookup, so it is checked here)."""
-    if access is None:
-        return True
-    return access.decide(query.key, now_timestamp(), ACL_USER.get()).access == "allow"
 
 
 def _unavailable(exc: LoadError) -> bool:
