@@ -188,6 +188,8 @@ class AccessGate:
 
     __slots__ = (
         "_cover",
+        "_decisions",
+        "_embargo",
         "_exact",
         "_fixed",
         "_inner",
@@ -210,6 +212,8 @@ class AccessGate:
         now: datetime | None,
     ) -> None:
         self._policy = policy
+        self._decisions = policy.decisions
+        self._embargo = policy.config.embargo is not None
         rules = self._rules = policy.rules
         self._user = user
         # The wall clock is read only when something depends on it: a rule's
@@ -254,12 +258,11 @@ class AccessGate:
         if urlkey != self._last_key:
             self._last_key = urlkey
             rule = self._rule = self.rule_for(urlkey)
-            timed = (rule is not None and rule.dated) or self._policy.config.embargo is not None
+            timed = self._embargo or (rule is not None and rule.dated)
             self._fixed = None if timed else self.access_of(rule, "")
         rule = self._rule
         access = self._fixed or self.access_of(rule, record.timestamp)
-        decisions = self._policy.decisions
-        decisions[access] += 1
+        self._decisions[access] += 1
         if access == "exclude":
             return False
         record.set_access(access)
