@@ -34,6 +34,7 @@ sets from the header the operator names, ``access.user_header``).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import os
 from contextvars import ContextVar
@@ -187,6 +188,7 @@ class AccessGate:
     """
 
     __slots__ = (
+        "_constant",
         "_cover",
         "_decisions",
         "_embargo",
@@ -230,12 +232,17 @@ class AccessGate:
                 if len(rules.ranges) >= RANGES_CACHED:
                     rules.ranges.clear()
                 rules.ranges[(key, end_key, user)] = found
-        self._cover, lo, hi = found
+        cover, lo, hi, exact_inside = self._cover, lo, hi, self._exact = found
         self._inner = (lo, hi)
-        self._exact = bool(rules.exact)
         self._last_key: str | None = None
         self._rule: Rule | None = None
         self._fixed: str | None = None
+        # One access for the whole range: no rule inside it, nothing timed.
+        self._constant: str | None = None
+        timed = self._embargo or (cover is not None and cover.dated)
+        if not exact_inside and lo >= hi and not timed:
+            self._constant = self.access_of(cover, "")
+            self._rule = cover
 
     def rule_for(self, urlkey: str) -> Rule | None:
         """The rule deciding for ``urlkey`` in this lookup's range (None: the default)."""
@@ -254,6 +261,15 @@ class AccessGate:
         return self._cover
 
     def __call__(self, record: CdxRecord) -> bool:
+        constant = self._constant
+        if constant is not None:
+            self._decisions[constant] += 1
+            if constant == "exclude":
+                return False
+            record.set_access(constant)
+            if constant == "block":
+                self._add_message(record, self._rule)
+            return True
         urlkey = record.urlkey
         if urlkey != self._last_key:
             self._last_key = urlkey
@@ -266,9 +282,15 @@ class AccessGate:
         if access == "exclude":
             return False
         record.set_access(access)
-        if access == "block" and rule is not None and rule.message and rule.access == "block":
-            record.fields[MESSAGE_FIELD] = rule.message
+        if access == "block":
+            self._add_message(record, rule)
         return True
+
+    @staticmethod
+    def _add_message(record: CdxRecord, rule: Rule | None) -> None:
+        """A blocked capture's public message: its rule's, when the rule blocked it."""
+        if rule is not None and rule.message and rule.access == "block":
+            record.fields[MESSAGE_FIELD] = rule.message
 
     def access_of(self, rule: Rule | None, timestamp: str) -> str:
         """``allow``, ``block`` or ``exclude`` for a capture of ``timestamp`` under ``rule``."""
@@ -321,15 +343,18 @@ class AccessGate:
 
 def _range_rules(
     rules: RuleSet, key: str, end_key: str, user: str | None, now: str
-) -> tuple[Rule | None, int, int]:
+) -> tuple[Rule | None, int, int, bool]:
     """The rule covering every urlkey of ``[key, end_key)`` (the longest prefix of
-    their common prefix, else ``*,``) and the positions of the keys inside it."""
+    their common prefix, else ``*,``), the positions of the keys inside it, and
+    whether an exact rule's key lies inside it."""
     common = _common_prefix(key, end_key)
     lo, hi = rules.span(common, end_key) if rules.keys else (0, 0)
     cover = rules.longest_prefix(common, user, now, 0, len(rules.keys))
     if cover is None and rules.catch_all is not None:
         cover = rules.catch_all.pick(user, now)
-    return cover, lo, hi
+    exact = rules.exact_keys
+    exact_inside = bisect.bisect_left(exact, key) < bisect.bisect_left(exact, end_key)
+    return cover, lo, hi, exact_inside
 
 
 def _common_prefix(a: str, b: str) -> str:

@@ -268,6 +268,7 @@ class RuleSet:
         "catch_all",
         "count",
         "exact",
+        "exact_keys",
         "groups",
         "keys",
         "ranges",
@@ -296,11 +297,13 @@ class RuleSet:
             if group.add(rule) is None:
                 self.count += 1
         self.keys: list[str] = sorted(self.groups)
+        #: The exact rules' keys in ascending order (which lie inside a range).
+        self.exact_keys: list[str] = sorted(self.exact)
         #: What a lookup range needs, by (range start, end, user): the rule
         #: covering the whole range and the positions of the keys inside it
         #: (:class:`gateway.access.policy.AccessGate`; not used when
         #: :attr:`windowed`, where the covering rule depends on the time).
-        self.ranges: dict[tuple[str, str, str | None], tuple[Rule | None, int, int]] = {}
+        self.ranges: dict[tuple[str, str, str | None], tuple[Rule | None, int, int, bool]] = {}
 
     def __len__(self) -> int:
         return self.count
