@@ -545,6 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.commands.export import add_subcommands as add_export_subcommands
 
     add_export_subcommands(sub)
+    from gateway.commands.acl import add_subcommands as add_acl_subcommands
+
+    add_acl_subcommands(sub)
     return parser
 
 

@@ -21,6 +21,10 @@ archive config::
             resource: ./warcs/
           - index_group: {...}
         fuzzy: false                         # or a pywb rules.yaml; default true
+        acl_paths: ./acl/                    # access control (pywb): .aclj files or dirs,
+        default_access: allow                # default_access, embargo (gateway.access)
+    access:
+      user_header: X-Acl-User                # who may name the user of per-user rules
 
 A source spec is a shorthand string (selected by prefix: ``file://``,
 ``redis://``, ``memento+``, ``cdx+``, ``$live``; a plain path is a file or
@@ -42,6 +46,13 @@ from typing import Any, Final
 
 import yaml
 
+from gateway.access.settings import (
+    ACCESS_KEYS,
+    AccessConfig,
+    AccessSettings,
+    parse_access_config,
+    parse_access_settings,
+)
 from gateway.access.tokens import AuthSettings, parse_auth
 from gateway.cdx.hosts import HostError, normalize_base_url
 from gateway.clients import ClientSettings
@@ -129,6 +140,8 @@ class CollectionConfig:
     dedup: DedupPolicy | None = None
     #: Fuzzy matching rules (``fuzzy:``; None: off).
     fuzzy: FuzzyRules | None = DEFAULT_RULES
+    #: Access control (``acl_paths``, ``default_access``, ``embargo``; pywb's keys).
+    access: AccessConfig = dataclasses.field(default_factory=AccessConfig)
 
     @property
     def records(self) -> bool:
@@ -182,6 +195,8 @@ class GatewayConfig:
     jobs: JobsSettings = dataclasses.field(default_factory=JobsSettings)
     #: Bearer tokens and the routes that require them (``auth:``, :mod:`gateway.access.tokens`).
     auth: AuthSettings = dataclasses.field(default_factory=AuthSettings)
+    #: The ``access:`` section (``user_header``).
+    access: AccessSettings = dataclasses.field(default_factory=AccessSettings)
     source_file: str = "<string>"
 
     @property
@@ -222,7 +237,7 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     root = mapping(data, "(top level)")
     reject_unknown(
         root,
-        {"collections", "client", "memento", "replay", "store", "jobs", "auth"},
+        {"collections", "client", "memento", "replay", "store", "jobs", "auth", "access"},
         "(top level)",
     )
     collections_data = mapping(root.get("collections") or {}, "collections")
@@ -242,6 +257,7 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
     replay = _dataclass(ReplaySettings, root.get("replay") or {}, "replay")
     jobs = _dataclass(JobsSettings, root.get("jobs") or {}, "jobs")
     auth = parse_auth(root["auth"], "auth") if "auth" in root else AuthSettings()
+    access = parse_access_settings(root.get("access"), "access")
     return GatewayConfig(
         collections=collections,
         client=client,
@@ -251,6 +267,7 @@ def parse_config(text: str, *, source_file: str = "<string>") -> GatewayConfig:
         store_configured="store" in root,
         jobs=jobs,
         auth=auth,
+        access=access,
         source_file=source_file,
     )
 
@@ -283,6 +300,7 @@ def _collection(name: str, value: object, path: str) -> CollectionConfig:
         return CollectionConfig(name=name, steps=(step,), is_sequence=False)
     data = dict(mapping(value, path))
     fuzzy = _fuzzy(data.pop("fuzzy", True), f"{path}.fuzzy")
+    access = parse_access_config({key: data.pop(key) for key in ACCESS_KEYS if key in data}, path)
     dedup = data.pop("dedup", None)
     if dedup is not None and dedup not in _DEDUP_POLICIES:
         raise ConfigError(f"{path}.dedup", f"{dedup!r} is not one of {', '.join(_DEDUP_POLICIES)}")
@@ -304,12 +322,22 @@ def _collection(name: str, value: object, path: str) -> CollectionConfig:
             names.add(step_name)
             steps.append(_step(step_name, step_map, step_path))
         return CollectionConfig(
-            name=name, steps=tuple(steps), is_sequence=True, dedup=dedup, fuzzy=fuzzy
+            name=name,
+            steps=tuple(steps),
+            is_sequence=True,
+            dedup=dedup,
+            fuzzy=fuzzy,
+            access=access,
         )
     if "name" in data:
         raise ConfigError(f"{path}.name", "unknown key; 'name' belongs to sequence steps")
     return CollectionConfig(
-        name=name, steps=(_step(name, data, path),), is_sequence=False, dedup=dedup, fuzzy=fuzzy
+        name=name,
+        steps=(_step(name, data, path),),
+        is_sequence=False,
+        dedup=dedup,
+        fuzzy=fuzzy,
+        access=access,
     )
 
 

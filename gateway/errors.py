@@ -6,6 +6,7 @@
     ├── BadRequest                    400  a client parameter is malformed
     ├── ConfigError                    -   collections.yaml is wrong (start-up only)
     ├── NotFound                      404  nothing matched; carries per-source errors
+    ├── AccessBlocked                 451  the capture is blocked by an access rule (pywb)
     ├── SourceError                   503  one index source failed a lookup
     │   ├── SourceTimeout                  ... did not answer within its deadline
     │   ├── SourceUnavailable              ... refused, reset, HTTP error status
@@ -53,6 +54,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 __all__ = [
+    "AccessBlocked",
     "AllSourcesFailed",
     "ArchiveFileNotFound",
     "ArchiveRefused",
@@ -137,6 +139,17 @@ class ConfigError(GatewayError):
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
+
+
+class AccessBlocked(GatewayError):
+    """The capture to load is listed with ``access: block`` (HTTP 451, RFC 7725;
+    pywb ``AccessException``). ``message`` is the rule's public message, or a
+    generic one; the body also says ``"access": "block"``."""
+
+    status = 451
+
+    def to_json(self) -> dict[str, object]:
+        return {"message": self.message, "access": "block"}
 
 
 class JobsUnavailable(GatewayError):

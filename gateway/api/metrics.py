@@ -35,6 +35,11 @@ template, e.g. ``/{coll}/index``):
                                             writer finished: ``full``, ``revisit``, ``skipped``
                                             (the dedup decision, once durable) or ``failed``
 ``store_bytes_written_total``               counter: WARC bytes made durable
+``access_rules``                            gauge {collection}: access rules in force
+                                            (collections with access control only)
+``access_decisions_total``                  counter {collection, access}: captures decided
+                                            ``allow``, ``block`` or ``exclude`` by the rules,
+                                            ``default_access`` and the embargo
 ==========================================  ====================================================
 
 plus prometheus-client's standard ``process_*``, ``python_gc_*`` and
@@ -53,6 +58,8 @@ from aiohttp import web
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
+
+    from gateway.index.collection import Collection
 
 __all__ = [
     "LATENCY_BUCKETS_S",
@@ -183,6 +190,29 @@ def register_collector(app: web.Application, collector: MetricsCollector) -> Non
     app[METRICS].add(collector)
 
 
+def _access_families(collections: dict[str, Collection]) -> Iterator[Metric]:
+    """``gateway_access_rules`` and ``gateway_access_decisions`` (:mod:`gateway.access`)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    rules = GaugeMetricFamily(
+        "gateway_access_rules", "Access rules in force (.aclj lines).", labels=["collection"]
+    )
+    decisions = CounterMetricFamily(
+        "gateway_access_decisions",
+        "Captures decided by access control, by access (allow, block, exclude).",
+        labels=["collection", "access"],
+    )
+    for name, collection in collections.items():
+        policy = collection.access
+        if policy is None:
+            continue
+        rules.add_metric([name], len(policy.rules))
+        for access, count in sorted(policy.decisions.copy().items()):
+            decisions.add_metric([name, access], count)
+    yield rules
+    yield decisions
+
+
 class _GatewayCollector:
     """The gateway's own families, read from the app's plain counters at scrape time.
 
@@ -282,6 +312,7 @@ class _GatewayCollector:
                             loads.add_metric([*labels, outcome], count)
                     loader_open.add_metric(labels, 1 if breaker.is_open() else 0)
         yield from (lookups, breaker_open, failures, served, served_bytes, loads, loader_open)
+        yield from _access_families(self._app[COLLECTIONS])
 
         store = self._app[CLIENTS].store
         if store is not None:

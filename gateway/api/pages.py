@@ -49,6 +49,7 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
+from gateway.access.policy import ACCESS_FIELD, MESSAGE_FIELD
 from gateway.api.common import collection_for
 from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, SHOW_PATHS
 from gateway.cdx.query import parse_query
@@ -211,6 +212,8 @@ class _Capture:
     mime: str
     source: str
     fuzzy: bool
+    #: Set for a capture an access rule blocks: the rule's message, or a generic one.
+    blocked: str | None = None
 
     @property
     def when(self) -> str:
@@ -314,6 +317,10 @@ async def _captures(collection: Collection, url: str) -> list[_Capture]:
 
 
 def _capture(record: CdxRecord) -> _Capture:
+    fields = record.fields
+    blocked = None
+    if fields.get(ACCESS_FIELD) == "block":
+        blocked = fields.get(MESSAGE_FIELD) or "access to this capture is blocked"
     return _Capture(
         urlkey=record.urlkey,
         timestamp=record.timestamp,
@@ -322,6 +329,7 @@ def _capture(record: CdxRecord) -> _Capture:
         mime=record.mime or "-",
         source=record.source,
         fuzzy=record.get("is_fuzzy") == "1",
+        blocked=blocked,
     )
 
 

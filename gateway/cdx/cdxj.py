@@ -80,7 +80,15 @@ _PLAIN_BLOCK: Final = re.compile(
 
 
 #: Appended key sequences :func:`_source_suffix` writes.
-_TAG_KEYS: Final = (("source",), ("source-coll",), ("source", "source-coll"))
+_TAG_KEYS: Final = (
+    ("source",),
+    ("source-coll",),
+    ("source", "source-coll"),
+    ("access",),
+    ("source", "access"),
+    ("source-coll", "access"),
+    ("source", "source-coll", "access"),
+)
 
 
 #: Placeholder passed to ``__init__`` by records whose block is still text.
@@ -88,18 +96,27 @@ _NO_FIELDS: Final[dict[str, str]] = {}
 
 
 @functools.lru_cache(maxsize=4096)
-def _source_suffix(source: str | None, coll: str | None) -> str:
-    """``, "source": ..., "source-coll": ...}``: what closes a tagged plain block.
+def _source_suffix(source: str | None, coll: str | None, access: str | None = None) -> str:
+    """``, "source": ..., "source-coll": ..., "access": ...}``: what closes a tagged
+    plain block.
 
     >>> _source_suffix("web:iana.cdxj", "web")
     ', "source": "web:iana.cdxj", "source-coll": "web"}'
+    >>> _source_suffix("web", "web", "allow")
+    ', "source": "web", "source-coll": "web", "access": "allow"}'
     """
     pieces = []
     if source is not None:
         pieces.append(f', "source": {json.dumps(source)}')
     if coll is not None:
         pieces.append(f', "source-coll": {json.dumps(coll)}')
+    if access is not None:
+        pieces.append(_ACCESS_SUFFIXES.get(access) or f', "access": {json.dumps(access)}')
     return "".join(pieces) + "}"
+
+
+#: The ``access`` values access control lists, written once.
+_ACCESS_SUFFIXES: Final = {value: f', "access": "{value}"' for value in ("allow", "block")}
 
 
 class CdxFormatError(ValueError):
@@ -148,7 +165,7 @@ class CdxRecord:
     ``source-coll`` (:meth:`set_source`) appended as ``json.dumps`` would.
     """
 
-    __slots__ = ("_coll", "_fields", "_plain", "_raw", "_source", "timestamp", "urlkey")
+    __slots__ = ("_access", "_coll", "_fields", "_plain", "_raw", "_source", "timestamp", "urlkey")
 
     def __init__(self, urlkey: str, timestamp: str, fields: dict[str, str]) -> None:
         self.urlkey = urlkey
@@ -163,6 +180,8 @@ class CdxRecord:
         #: ``source`` and ``source-coll`` set while the block is undecoded.
         self._source: str | None = None
         self._coll: str | None = None
+        #: ``access`` set while the block is undecoded (:meth:`set_access`).
+        self._access: str | None = None
 
     @classmethod
     def _undecoded(cls, urlkey: str, timestamp: str, plain: str) -> CdxRecord:
@@ -187,6 +206,7 @@ class CdxRecord:
         self._raw = None
         self._source = None
         self._coll = None
+        self._access = None
 
     def _decode(self) -> dict[str, str]:
         plain = self._plain
@@ -201,6 +221,8 @@ class CdxRecord:
             fields["source"] = self._source
         if self._coll is not None:
             fields["source-coll"] = self._coll
+        if self._access is not None:
+            fields["access"] = self._access
         self._fields = fields
         self._plain = None
         return fields
@@ -220,6 +242,14 @@ class CdxRecord:
         fields["source"] = source
         if coll is not None:
             fields["source-coll"] = coll
+
+    def set_access(self, access: str) -> None:
+        """Set ``access`` (access control's listing: ``allow`` or ``block``, as pywb
+        lists it), appended after the tags; the block is not decoded for this."""
+        if self._fields is None:
+            self._access = access
+        else:
+            self._fields["access"] = access
 
     def tag(self, name: str) -> None:
         """Tag the capture as found through member ``name``, as pywb does.
@@ -353,6 +383,7 @@ class CdxRecord:
         duplicate._raw = self._raw
         duplicate._source = self._source
         duplicate._coll = self._coll
+        duplicate._access = self._access
         return duplicate
 
     def sort_key(self) -> tuple[str, str]:
@@ -377,9 +408,9 @@ class CdxRecord:
         """The undecoded block with ``source``/``source-coll`` appended (json.dumps spacing)."""
         plain = self._plain
         assert plain is not None
-        if self._source is None and self._coll is None:
+        if self._source is None and self._coll is None and self._access is None:
             return plain
-        return plain[:-1] + _source_suffix(self._source, self._coll)
+        return plain[:-1] + _source_suffix(self._source, self._coll, self._access)
 
     def _reuse_raw(self, text: str, keys: tuple[str, ...], values: tuple[str, ...]) -> str | None:
         """``text`` plus the fields appended since parsing, or None if any changed."""
@@ -400,7 +431,9 @@ class CdxRecord:
         if not extra:
             return text
         if count and tuple(extra) in _TAG_KEYS:  # the usual case: only the tags were added
-            return text[:-1] + _source_suffix(extra.get("source"), extra.get("source-coll"))
+            return text[:-1] + _source_suffix(
+                extra.get("source"), extra.get("source-coll"), extra.get("access")
+            )
         appended = json.dumps(extra)
         return f"{text[:-1]}, {appended[1:]}" if count else appended
 

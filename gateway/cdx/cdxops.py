@@ -19,12 +19,21 @@ import calendar
 import functools
 import heapq
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.query import CaptureQuery
 
 __all__ = [
+    "Gate",
     "LocalScan",
     "RecordList",
     "ResumedScan",
@@ -62,8 +71,18 @@ def timestamp_to_seconds(ts: str) -> int:
     return calendar.timegm((year, month, day, hour, minute, second))
 
 
+#: A capture predicate run on every record right after tagging, before
+#: anything else: False drops the record (access control's ``exclude``,
+#: :class:`gateway.access.policy.AccessGate`), True keeps it (it may annotate it).
+Gate = Callable[[CdxRecord], bool]
+
+
 def process(
-    records: AsyncIterator[CdxRecord], query: CaptureQuery, *, tag: str | None = None
+    records: AsyncIterator[CdxRecord],
+    query: CaptureQuery,
+    *,
+    tag: str | None = None,
+    gate: Gate | None = None,
 ) -> AsyncGenerator[CdxRecord, None]:
     """Apply the query's filters, time range, order and limit (pywb ``process_cdx``).
 
@@ -80,11 +99,12 @@ def process(
     With ``tag`` every record is tagged first as pywb tags a member's
     captures: ``source`` is ``tag`` (``tag:sub`` when the source set a
     sub-name such as a directory member's file name), ``source-coll`` is
-    ``tag``. One generator does all of it, and it closes ``records`` when it
-    finishes, fails or is closed, so no generator is left to the garbage
-    collector.
+    ``tag``. With ``gate``, each tagged record is passed to it and dropped
+    when it returns False, before revisits, filters and limit see it. One
+    generator does all of it, and it closes ``records`` when it finishes,
+    fails or is closed, so no generator is left to the garbage collector.
     """
-    return _process(records, query, tag)
+    return _process(records, query, tag, gate)
 
 
 class _Selection:
@@ -98,6 +118,7 @@ class _Selection:
         "count",
         "filters",
         "from_ts",
+        "gate",
         "last_token",
         "position",
         "resolve",
@@ -108,7 +129,8 @@ class _Selection:
         "to_ts",
     )
 
-    def __init__(self, query: CaptureQuery, tag: str | None) -> None:
+    def __init__(self, query: CaptureQuery, tag: str | None, gate: Gate | None = None) -> None:
+        self.gate = gate
         self.filters = query.filters
         self.from_ts, self.to_ts = query.from_ts, query.to_ts
         self.count = query.limit
@@ -128,6 +150,8 @@ class _Selection:
         """Tag, filter and clamp ``record``; True when it goes out at once (plain order)."""
         if self.tag is not None:
             record.tag(self.tag)
+        if self.gate is not None and not self.gate(record):
+            return False
         if self.resolve is not None:
             self.resolve(record)
         filters = self.filters
@@ -169,7 +193,11 @@ class _Selection:
 
 
 def process_scan(
-    scan: Generator[CdxRecord | None, None, None], query: CaptureQuery, *, tag: str | None = None
+    scan: Generator[CdxRecord | None, None, None],
+    query: CaptureQuery,
+    *,
+    tag: str | None = None,
+    gate: Gate | None = None,
 ) -> Generator[CdxRecord | None, None, None]:
     """:func:`process` over a :class:`LocalScan`'s generator, as a plain generator.
 
@@ -177,7 +205,7 @@ def process_scan(
     checkpoints (the caller gives the event loop a turn there). Closes
     ``scan`` when it ends, fails or is closed. A query that keeps every
     record in input order (no filter, time range, closest, reverse, revisit
-    resolution or collapsing) only tags and counts them.
+    resolution or collapsing) only tags, gates and counts them.
     """
     if (
         query.sort == "ascending"
@@ -187,9 +215,9 @@ def process_scan(
         and not query.resolve_revisits
         and query.collapse_time is None
     ):
-        return _passed(scan, query.limit, tag, None)
-    selection = _Selection(query, tag)
-    return _passed(scan, selection.count, None, selection)
+        return _passed(scan, query.limit, tag, None, gate)
+    selection = _Selection(query, tag, gate)
+    return _passed(scan, selection.count, None, selection, None)
 
 
 def _passed(
@@ -197,10 +225,12 @@ def _passed(
     count: int,
     tag: str | None,
     selection: _Selection | None,
+    gate: Gate | None,
 ) -> Generator[CdxRecord | None, None, None]:
     """Up to ``count`` records: those ``selection`` passes on at once (it tags
-    them), then what it kept; without one, every record, tagged with ``tag``.
-    The scan's checkpoints are passed on. Closes ``scan``."""
+    and gates them), then what it kept; without one, every record, tagged with
+    ``tag``, that ``gate`` keeps. The scan's checkpoints are passed on. Closes
+    ``scan``."""
     take = selection.take if selection is not None else None
     seen = 0
     try:
@@ -213,6 +243,8 @@ def _passed(
             if take is None:
                 if tag is not None:
                     record.tag(tag)
+                if gate is not None and not gate(record):
+                    continue
             elif not take(record):
                 continue
             yield record
@@ -226,18 +258,18 @@ def _passed(
 
 
 async def _process(
-    records: AsyncIterator[CdxRecord], query: CaptureQuery, tag: str | None
+    records: AsyncIterator[CdxRecord], query: CaptureQuery, tag: str | None, gate: Gate | None
 ) -> AsyncGenerator[CdxRecord, None]:
     try:
         if isinstance(records, LocalScan):
             # Records of a local file: no await per record, only at checkpoints.
-            for record in process_scan(records.scan, query, tag=tag):
+            for record in process_scan(records.scan, query, tag=tag, gate=gate):
                 if record is None:
                     await asyncio.sleep(0)
                 else:
                     yield record
             return
-        selection = _Selection(query, tag)
+        selection = _Selection(query, tag, gate)
         count, seen = selection.count, 0
         if count <= 0:
             return

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gateway.access.policy import AccessPolicy, check_not_blocked
 from gateway.cdx import cdxops
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.query import CaptureQuery, CdxFilter
@@ -140,13 +141,16 @@ class Collection:
     """A named collection: steps tried in order (one step when not a ``sequence``).
 
     ``fuzzy`` holds the rules that widen an empty exact lookup
-    (:mod:`gateway.index.fuzzy`); None turns fuzzy matching off.
+    (:mod:`gateway.index.fuzzy`); None turns fuzzy matching off. ``access``
+    is the collection's access policy, also held by every step's index group
+    (where it is enforced: :mod:`gateway.index.group`); None: no access control.
     """
 
     name: str
     steps: list[Step]
     is_sequence: bool = False
     fuzzy: FuzzyRules | None = None
+    access: AccessPolicy | None = None
 
     def widen(self, query: CaptureQuery) -> Widened | None:
         """The fuzzy lookup to try when ``query`` found nothing in any step, if any."""
@@ -297,8 +301,12 @@ class _OriginalFinder:
         except ValueError:
             return
         answer = await self.step.index.lookup(query)
-        async for record in answer:
-            yield record
+        try:
+            async for record in answer:
+                check_not_blocked(record)  # the original of a revisit is checked too
+                yield record
+        finally:
+            await answer.aclose()
 
 
 async def find_record(
@@ -334,7 +342,10 @@ async def find_record(
     offset) when every capture that failed is a record whose length cannot be
     read; :class:`AllSourcesFailed` (503) when every source of every step
     failed, or the first :class:`~gateway.errors.SourceRefused` (a 4xx) when
-    every one refused the query as the client's error.
+    every one refused the query as the client's error;
+    :class:`~gateway.errors.AccessBlocked` (451) when the first capture tried,
+    or the original of a revisit, is listed ``access: block`` (pywb
+    ``ResourceHandler``: the first capture not allowed stops the load).
     Places that could not be reached (:class:`~gateway.errors.PlaceUnreachable`,
     an upstream archive unreachable or answering 5xx, a load timeout), and
     only they, feed the step's :attr:`Step.load_breakers`.
@@ -458,7 +469,11 @@ async def _first_loadable(
         )
         if widened is None:
             recorder = step.recorder
-            if recorder is not None and recorder.skip_if_updated_days is not None:
+            if (
+                recorder is not None
+                and recorder.skip_if_updated_days is not None
+                and (collection.access is None or collection.access.allows_now(query.key))
+            ):
                 recent = await recorder.recent(query.url, ctx)
                 if recent is not None:
                     return step, recent
@@ -471,6 +486,7 @@ async def _first_loadable(
         try:
             async for capture in answer:
                 seen.captures = True
+                check_not_blocked(capture)
                 loaded = await _load_capture(step, capture, ctx, errors, seen)
                 if loaded is not None:
                     if step.recorder is not None and step.recorder.wants(capture):

@@ -12,8 +12,14 @@ members are merged:
 - reverse: by (urlkey, timestamp) descending, ties as above.
 
 A group of one member streams its answer instead (the deadline covers the
-first record). Each member has a :class:`~gateway.index.breaker.Breaker`;
-groups are the steps of a :class:`~gateway.index.collection.Collection`.
+first record).
+
+With an :attr:`IndexGroup.access` policy, every member's captures pass
+through its gate for the lookup first (:mod:`gateway.access.policy`): an
+excluded capture is dropped before filters and limit, in every member, so
+no route and no source type can list, count or load it. Each member has a
+:class:`~gateway.index.breaker.Breaker`; groups are the steps of a
+:class:`~gateway.index.collection.Collection`.
 
 Only faults of a member feed its breaker. A member that refuses the query as
 the client's error (:class:`~gateway.errors.SourceRefused`: a remote archive's
@@ -32,6 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from gateway.access.policy import AccessPolicy
 from gateway.cdx import cdxops
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.query import CaptureQuery
@@ -137,11 +144,18 @@ class IndexGroup:
     """Members queried concurrently under a per-member deadline (pywb ``index_group``).
 
     ``members`` keep config order: that order breaks ties in the merge.
+    ``access``: the collection's access policy (None: every capture is served).
     """
 
-    def __init__(self, members: Sequence[IndexSource], timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        members: Sequence[IndexSource],
+        timeout_s: float = 5.0,
+        access: AccessPolicy | None = None,
+    ) -> None:
         self.members = list(members)
         self.timeout_s = timeout_s
+        self.access = access
         self.breakers = {member.name: Breaker() for member in self.members}
         self._everyone = list(enumerate(self.members))
 
@@ -183,8 +197,10 @@ class IndexGroup:
         selected = self.select(query)
         if deadline is None:
             deadline = self.deadline()
+        access = self.access
+        gate = access.gate(query.key, query.end_key) if access is not None else None
         if len(selected) == 1:
-            return await self._lookup_one(selected[0][1], query, deadline)
+            return await self._lookup_one(selected[0][1], query, deadline, gate)
         results: dict[int, list[CdxRecord]] = {}
         failures: dict[str, SourceError] = {}
 
@@ -205,7 +221,7 @@ class IndexGroup:
                     failures[member.name] = exc
                     continue
                 records = member.lookup(query)
-                collect = self._collect(member, records, query)
+                collect = self._collect(member, records, query, gate)
                 started.append(collect)
                 if not isinstance(records, cdxops.LocalScan):
                     pending.append((position, member, collect))
@@ -265,10 +281,15 @@ class IndexGroup:
         return exc
 
     async def _collect(
-        self, member: IndexSource, records: AsyncIterator[CdxRecord], query: CaptureQuery
+        self,
+        member: IndexSource,
+        records: AsyncIterator[CdxRecord],
+        query: CaptureQuery,
+        gate: cdxops.Gate | None,
     ) -> list[CdxRecord]:
-        """``records`` processed by the query (at most ``limit``); the caller sets the deadline."""
-        stream = cdxops.process(records, query, tag=member.name)
+        """``records`` gated and processed by the query (at most ``limit``); the caller
+        sets the deadline."""
+        stream = cdxops.process(records, query, tag=member.name, gate=gate)
         try:
             collected = [record async for record in stream]
         finally:
@@ -277,7 +298,11 @@ class IndexGroup:
         return collected
 
     async def _lookup_one(
-        self, member: IndexSource, query: CaptureQuery, deadline: float
+        self,
+        member: IndexSource,
+        query: CaptureQuery,
+        deadline: float,
+        gate: cdxops.Gate | None,
     ) -> Lookup:
         breaker = self.breakers[member.name]
         try:
@@ -288,7 +313,7 @@ class IndexGroup:
         stream: AsyncIterator[CdxRecord]
         if isinstance(records, cdxops.LocalScan):
             # A local file: take its answer at once, up to the scan's first checkpoint.
-            scan = cdxops.process_scan(records.scan, query, tag=member.name)
+            scan = cdxops.process_scan(records.scan, query, tag=member.name, gate=gate)
             taken: list[CdxRecord] = []
             try:
                 for record in scan:
@@ -316,7 +341,7 @@ class IndexGroup:
                 )
             stream = cdxops.ResumedScan(taken, scan)
         else:
-            stream = cdxops.process(records, query, tag=member.name)
+            stream = cdxops.process(records, query, tag=member.name, gate=gate)
         try:
             remaining_s = max(deadline - asyncio.get_running_loop().time(), 0.0)
             first = await _first_within(stream, remaining_s)

@@ -33,6 +33,7 @@ from aiohttp import web
 from aiohttp.web_urldispatcher import UrlMappingMatchInfo
 from yarl import URL
 
+from gateway.access.policy import ACL_USER
 from gateway.api.common import ERRORS_HEADER, client_left, errors_header_value
 from gateway.api.cors import add_cors_headers, preflight
 from gateway.api.keys import CLIENTS, COLLECTIONS, CONFIG, JOBS, SHOW_PATHS, TIMEMAP_PAGE_SIZE
@@ -122,6 +123,20 @@ def api_route(handler: Handler, stats: RouteStats) -> Handler:
             add_cors_headers(response)
         stats.observe(response.status, perf_counter() - start)
         return response
+
+    return route
+
+
+def acl_user_route(handler: Handler, header: str) -> Handler:
+    """``handler`` with the user of per-user access rules taken from ``header``
+    (the operator's ``access.user_header``, set by a proxy in front), in
+    :data:`~gateway.access.policy.ACL_USER` for the request's task. Without
+    that setting no route is wrapped: no client-sent header names a user."""
+
+    @functools.wraps(handler)
+    async def route(request: web.Request) -> web.StreamResponse:
+        ACL_USER.set(request.headers.get(header) or None)
+        return await handler(request)
 
     return route
 
@@ -450,6 +465,9 @@ def _add_routes(
 
         forward = forwarding(app, recorder, recording)
         routes = [(m, p, forward(h) if "{coll}" in p else h) for m, p, h in routes]
+    user_header = app[CONFIG].access.user_header
+    if user_header is not None:
+        routes = [(m, p, acl_user_route(h, user_header)) for m, p, h in routes]
     for method, path, handler in routes:
         stats = metrics.route(method, path)
         handler = _guarded(handler, path, app[CONFIG].auth, recording)

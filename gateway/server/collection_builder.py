@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gateway.access.policy import AccessPolicy
+from gateway.access.rules import AclFileError
 from gateway.clients import SharedClients
 from gateway.config import CollectionConfig, GatewayConfig
 from gateway.errors import ConfigError
@@ -33,8 +35,15 @@ def build_collection(config: CollectionConfig, clients: SharedClients) -> Collec
     """Turn one collection's config into steps of sources and loaders.
 
     Raises :class:`ConfigError` (with the YAML path) when a source or
-    resolver rejects its settings, e.g. an index path that does not exist.
+    resolver rejects its settings, e.g. an index path that does not exist,
+    or when an access rule file does not parse (its path and line).
     """
+    access: AccessPolicy | None = None
+    if config.access.enabled:
+        try:
+            access = AccessPolicy.load(config.access)
+        except AclFileError as exc:
+            raise ConfigError(f"{config.access.path}.acl_paths", str(exc)) from exc
     steps = []
     for step_config in config.steps:
         members: list[IndexSource] = []
@@ -63,7 +72,7 @@ def build_collection(config: CollectionConfig, clients: SharedClients) -> Collec
                 resolvers=tuple(spec.config for spec in step_config.resolvers)
             )
             loaders.append(WarcLoader(warc_config, clients=clients, resolvers=resolvers))
-        group = IndexGroup(members, timeout_s=step_config.timeout_s)
+        group = IndexGroup(members, timeout_s=step_config.timeout_s, access=access)
         recording = frozenset(
             name for name, spec in step_config.members if spec.record or step_config.record
         )
@@ -78,7 +87,9 @@ def build_collection(config: CollectionConfig, clients: SharedClients) -> Collec
                 skip_if_updated_days=step_config.skip_if_updated_days,
             )
         steps.append(Step(step_config.name, group, loaders, recorder, step_config.load_timeout_s))
-    return Collection(config.name, steps, is_sequence=config.is_sequence, fuzzy=config.fuzzy)
+    return Collection(
+        config.name, steps, is_sequence=config.is_sequence, fuzzy=config.fuzzy, access=access
+    )
 
 
 def build_collections(config: GatewayConfig, clients: SharedClients) -> dict[str, Collection]:

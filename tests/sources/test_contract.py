@@ -75,10 +75,13 @@ from typing import Any, Final
 import pytest
 from aiohttp.test_utils import TestServer
 
+from gateway.access.policy import AccessPolicy
+from gateway.access.settings import AccessConfig
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.query import MATCH_TYPES, CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceError, SourceUnavailable
+from gateway.index.group import IndexGroup
 from gateway.loaders.base import ResourceLoader
 from gateway.sources import SOURCE_SHORTHANDS, SOURCE_TYPES
 from gateway.sources.base import IndexSource
@@ -91,6 +94,8 @@ from gateway.sources.store import StoreSource, StoreSourceConfig
 from gateway.sources.wacz import WaczSource, WaczSourceConfig
 from gateway.sources.zipnum import ZipNumSource, ZipNumSourceConfig
 from gateway.store import Store, StoreSettings
+from tests.access.acl_oracle import OracleRule
+from tests.access.acl_oracle import decide as oracle_decide
 from tests.conftest import free_port
 from tests.sources.cdx_support import cdx_server_app
 from tests.sources.conftest import collect, linear_scan
@@ -678,3 +683,53 @@ async def test_a_broken_source_raises_a_source_error(source_under_test: Subject)
             assert error.reason
     finally:
         await broken.aclose()
+
+
+#: Rules over the contract files' captures: a prefix excluded, one URL in it
+#: allowed again (exact), a prefix blocked, a dated rule, a user's rule.
+CONTRACT_RULES: Final = (
+    OracleRule("org,iana)/_css", "exclude"),
+    OracleRule("org,iana)/_css/2013.1/print.css", "allow", exact=True),
+    OracleRule("org,iana)/about", "block"),
+    OracleRule("org,iana)/_img", "allow", before="20140126200800"),
+    OracleRule("org,iana)/_js", "allow", user="staff"),
+    OracleRule("org,iana)/_js", "exclude"),
+    OracleRule("com,example)/", "block"),
+)
+
+
+async def test_access_rules_hold_for_every_source_type(
+    source_under_test: Subject, contract_queries: list[CaptureQuery], tmp_path: Path
+) -> None:
+    """Through an index group with an access policy (the choke point every route
+    goes through), no excluded capture is listed, every other one carries the
+    oracle's access, and (where the type holds fixed captures) nothing else is
+    missing."""
+    subject = source_under_test
+    acl = tmp_path / "rules.aclj"
+    acl.write_text("".join(rule.line() + "\n" for rule in CONTRACT_RULES))
+    policy = AccessPolicy.load(AccessConfig(acl_paths=(str(acl),), default_access="exclude"))
+    group = IndexGroup([subject.source], timeout_s=30, access=policy)
+    rules = list(CONTRACT_RULES)
+    listed = 0
+    for query in contract_queries:
+        answer = await group.lookup(query)
+        try:
+            got = [record async for record in answer]
+        finally:
+            await answer.aclose()
+        for record in got:
+            access = oracle_decide(rules, record.urlkey, record.timestamp, default="exclude")
+            assert access != "exclude", (query.url, record.urlkey, record.timestamp)
+            assert record.fields["access"] == access, (record.urlkey, record.timestamp)
+        listed += len(got)
+        if "captures" not in subject.kind.cannot:
+            want = [
+                record
+                for record in expected(subject.env, query)
+                if oracle_decide(rules, record.urlkey, record.timestamp, default="exclude")
+                != "exclude"
+            ]
+            assert identity(got) == identity(want), (query.match_type, query.url)
+    assert listed > (0 if "captures" in subject.kind.cannot else 100)
+    assert policy.decisions["exclude"] > 0 or "captures" in subject.kind.cannot
