@@ -155,6 +155,12 @@ class AccessPolicy:
             self._reloading = None
 
 
+def loadable(capture: CdxRecord) -> bool:
+    """False when ``capture`` is listed ``access: block``: it may be listed, never
+    loaded (the WACZ export's ``admit``: a blocked capture is left out, counted)."""
+    return capture.fields.get(ACCESS_FIELD) != "block"
+
+
 def check_not_blocked(capture: CdxRecord) -> None:
     """Raise :class:`~gateway.errors.AccessBlocked` (451) when ``capture`` is listed
     ``access: block`` (by the collection's rules, or by a remote archive that lists

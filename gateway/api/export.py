@@ -14,6 +14,7 @@ import re
 
 from aiohttp import web
 
+from gateway.access.policy import loadable
 from gateway.api.common import (
     ERRORS_HEADER,
     client_left,
@@ -50,7 +51,7 @@ async def export_handler(request: web.Request) -> web.StreamResponse:
     """
     collection = collection_for(request)
     query = parse_export_query(query_params(request))
-    export = await WaczExport.start(collection, query)
+    export = await WaczExport.start(collection, query, admit=loadable)
     name = _UNSAFE_IN_NAME.sub("_", collection.name)
     headers = {
         "Content-Type": WACZ_CONTENT_TYPE,

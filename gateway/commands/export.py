@@ -121,6 +121,7 @@ def _export(args: argparse.Namespace) -> int:
     _err(
         f"{out}: {report.captures} captures and {report.originals} originals of revisits, "
         f"{report.bytes} bytes"
+        + (f"; {report.refused} blocked capture(s) left out" if report.refused else "")
         + (f"; {problems} problem(s), see above and logs/export.log" if problems else "")
     )
     return 1 if problems else 0
@@ -136,6 +137,7 @@ async def _run(
 ) -> ExportReport:
     """Start the collection's clients (and open the store, shared, when the config
     uses one, as ``gateway serve`` does), export into ``path``, close them."""
+    from gateway.access.policy import loadable
     from gateway.index.export import WaczExport
     from gateway.progress import progress_bar
 
@@ -145,7 +147,7 @@ async def _run(
             from gateway.store import Store
 
             clients.store = await Store.open(config.store, mode="shared")
-        export = await WaczExport.start(collection, query)
+        export = await WaczExport.start(collection, query, admit=loadable)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with (

@@ -42,7 +42,7 @@ from warcio.timeutils import iso_date_to_timestamp, timestamp_to_iso_date
 
 from gateway.cdx.cdxj import CdxRecord
 from gateway.cdx.query import CaptureQuery, parse_query
-from gateway.errors import BadRequest, LoadError, NotFound
+from gateway.errors import AccessBlocked, BadRequest, LoadError, NotFound
 from gateway.index.collection import Collection, Step, load_capture, original_finder
 from gateway.index.group import Lookup
 from gateway.index.wacz_writer import WaczWriter
@@ -278,7 +278,11 @@ class WaczExport:
         if key is not None and key in self._placed:
             self._index_again(capture, key)
             return
-        loaded, errors = await load_capture(self.step, capture, self._context(capture))
+        try:
+            loaded, errors = await load_capture(self.step, capture, self._context(capture))
+        except AccessBlocked:  # the capture, or the original it needs, is blocked
+            self.report.refused += 1
+            return
         if loaded is None:
             self._skip(capture, "; ".join(errors.values()) or "no loader could load it")
             return
@@ -340,6 +344,9 @@ class WaczExport:
             async for original in found:
                 if await self._try_original(revisit, original, failures):
                     return
+        except AccessBlocked:  # the original the revisit stands for is blocked
+            self.report.refused += 1
+            failures[url] = "its original is blocked by the access rules"
         finally:
             aclose = getattr(found, "aclose", None)
             if aclose is not None:
@@ -367,7 +374,12 @@ class WaczExport:
             self.report.refused += 1
             failures[_name(original)] = "left out by the access rules"
             return False
-        loaded, errors = await load_capture(self.step, original, self._context(original))
+        try:
+            loaded, errors = await load_capture(self.step, original, self._context(original))
+        except AccessBlocked:
+            self.report.refused += 1
+            failures[_name(original)] = "left out by the access rules"
+            return False
         if loaded is None:
             failures.update(errors)
             return False

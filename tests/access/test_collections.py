@@ -3,7 +3,9 @@ the user header, the 451 body and /metrics."""
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 
 from tests.conftest import MakeClient
@@ -174,3 +176,34 @@ async def test_post_request_routes_obey_the_same_rules(
     resp = await client.post("/c/index/postreq", data=css)
     assert resp.status == 200
     assert not (await resp.text()).strip()
+
+
+async def test_an_export_leaves_out_what_the_rules_hide_or_block(
+    make_client: MakeClient, sample_dir: Path, tmp_path: Path
+) -> None:
+    # the home page's captures before 20:10 are blocked, its CSS excluded
+    acl = tmp_path / "rules.aclj"
+    acl.write_text(
+        'org,iana)/_css/2013.1/screen.css - {"access": "exclude"}\n'
+        'org,iana)/ - {"access": "block", "before": "20140126201000"}\n'
+    )
+    body = f"    index: {sample_dir}/cdxj/iana.cdxj\n    resource: {sample_dir}/warcs/\n"
+    client = await make_client(_config(sample_dir, acl, body))
+    listed = await client.get("/c/index", params={"url": "iana.org", "matchType": "prefix"})
+    lines = (await listed.text()).splitlines()
+    blocked = [line for line in lines if '"access": "block"' in line]
+    assert blocked
+    assert not any("screen.css" in line for line in lines)
+    resp = await client.get("/c/export.wacz", params={"url": "iana.org", "matchType": "prefix"})
+    assert resp.status == 200, await resp.text()
+    with zipfile.ZipFile(io.BytesIO(await resp.read())) as wacz:
+        index = wacz.read("indexes/index.cdx").decode().splitlines()
+        log = wacz.read("logs/export.log").decode()
+    exported = {(line.split(" ")[0], line.split(" ")[1]) for line in index}
+    for line in blocked:
+        assert (line.split(" ")[0], line.split(" ")[1]) not in exported
+    assert not any("screen.css" in line for line in index)
+    assert len(exported) == len(lines) - len(blocked)
+    summary = json.loads(log.splitlines()[-1])["details"]
+    assert summary["skipped"] == 0  # left out by the rules, not failures to load
+    assert summary["refused"] >= len(blocked)  # blocked captures and blocked originals
