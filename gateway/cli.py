@@ -1,4 +1,4 @@
-"""The ``gateway`` command: serve | check-config | index | store | worker | jobs.
+"""The ``gateway`` command: serve | check-config | index | store | worker | jobs | zipnum.
 
 Exit status: 0 success, 1 a command failed, 2 bad usage or a bad config
 (reported before anything binds a port).
@@ -493,6 +493,10 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.commands.jobs import add_subcommands as add_jobs_subcommands
 
     add_jobs_subcommands(sub)
+
+    from gateway.commands.zipnum import add_subcommands as add_zipnum_subcommands
+
+    add_zipnum_subcommands(sub)
     return parser
 
 

@@ -19,15 +19,24 @@ starts before ``query.key`` and every block that starts before
 ``query.end_key``; adjacent blocks of one shard are read together, up to
 ``max_blocks`` at a time (pywb's default 10), with ``pread``, inflated and cut
 to the key range. The summary, the location file and the shards are reopened
-when they change (one ``os.stat`` each per lookup). Shards must be local
-files: a location that is a URL is reported as a source failure.
+when they change (one ``os.stat`` each per lookup).
+
+A location may also be an ``http(s)://`` URL or an object on S3
+(``s3://BUCKET/KEY``, ``s3+http(s)://HOST:PORT/BUCKET/KEY``): those blocks
+are read with one range request per run of adjacent blocks, and kept
+inflated in an LRU of ``cache_bytes`` (:mod:`gateway.sources.zipnum_remote`).
+A cluster whose location file names only local files is read without an
+await per block (:class:`~gateway.cdx.cdxops.LocalScan`); one naming a
+remote location is read by an async generator. A shard that no location
+serves is a :class:`SourceUnavailable`, never an empty answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Self
 
@@ -47,6 +56,7 @@ from gateway.sources.cdxj_scan import (
     search_offset,
     unavailable,
 )
+from gateway.sources.zipnum_remote import BlockCache, ShardStats, is_remote, read_range
 
 __all__ = ["SUMMARY_SUFFIXES", "ZipNumSource", "ZipNumSourceConfig"]
 
@@ -64,18 +74,22 @@ _MAX_SUMMARY_LINE: Final = 64 * 1024
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ZipNumSourceConfig:
     """A ZipNum summary ``path``; ``loc`` the location file (default: the
-    summary's name with ``.loc``); ``max_blocks`` adjacent blocks read at once.
+    summary's name with ``.loc``); ``max_blocks`` adjacent blocks read at once;
+    ``cache_bytes`` the inflated blocks of remote shards kept (LRU, default 64 MiB).
     Both paths are made absolute when the config is loaded (:mod:`gateway.paths`)."""
 
     path: str
     loc: str | None = None
     max_blocks: int = 10
+    cache_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not self.path:
             raise ValueError("empty ZipNum summary path; expected zipnum+/path/to/index.idx")
         if self.max_blocks < 1:
             raise ValueError(f"max_blocks {self.max_blocks}: expected at least 1")
+        if self.cache_bytes < 0:
+            raise ValueError(f"cache_bytes {self.cache_bytes}: expected 0 or more")
         object.__setattr__(self, "path", absolute_path(self.path))
         if self.loc:
             object.__setattr__(self, "loc", absolute_path(self.loc))
@@ -85,7 +99,7 @@ class ZipNumSourceConfig:
         """``zipnum+PATH``, ``zipnum+file:///PATH`` or a path ending ``.idx``/``.summary``.
 
         >>> ZipNumSourceConfig.from_shorthand("zipnum+file:///srv/cluster/index.idx")
-        ZipNumSourceConfig(path='/srv/cluster/index.idx', loc=None, max_blocks=10)
+        ZipNumSourceConfig(path='/srv/cluster/index.idx', loc=None, max_blocks=10, cache_bytes=...)
         >>> ZipNumSourceConfig.from_shorthand("/srv/cluster/all.summary").path
         '/srv/cluster/all.summary'
 
@@ -125,66 +139,112 @@ class ZipNumSource:
     #: Plain paths with these endings are ZipNum summaries (pywb ``IDX_EXT``).
     shorthand_suffixes: ClassVar[tuple[str, ...]] = SUMMARY_SUFFIXES
 
-    def __init__(self, config: ZipNumSourceConfig, *, name: str) -> None:
+    def __init__(
+        self, config: ZipNumSourceConfig, *, name: str, clients: SharedClients | None = None
+    ) -> None:
         self.name = name
         self.path = os.path.abspath(config.path)
         self.loc_path = os.path.abspath(config.loc or os.path.splitext(config.path)[0] + ".loc")
         self.max_blocks = config.max_blocks
+        self.clients = clients
+        #: Reads by shard and block cache hits (``/metrics``).
+        self.stats = ShardStats()
+        self._cache = BlockCache(config.cache_bytes)
         self._summary = IndexFile(self.path, source=name)
         self._shards: dict[str, IndexFile] = {}
         self._locations: dict[str, list[str]] = {}
         self._loc_identity: tuple[int, int, int, int] | None = None
+        #: Whether the location file names a remote shard (None: not read yet).
+        self._remote: bool | None = None
 
     @classmethod
     def from_config(cls, config: SourceConfig, *, name: str, clients: SharedClients) -> IndexSource:
         """The source; raises :class:`ValueError` when the summary or location file is missing."""
         if not isinstance(config, ZipNumSourceConfig):
             raise TypeError(f"expected ZipNumSourceConfig, got {type(config).__name__}")
-        source = cls(config, name=name)
+        source = cls(config, name=name, clients=clients)
         for what, path in (("summary", source.path), ("location file", source.loc_path)):
             if not os.path.isfile(path):
                 raise ValueError(f"ZipNum {what} {path} does not exist or is not a file")
         return source
 
     def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
-        """Records in ``[query.key, query.end_key)`` in (urlkey, timestamp) order,
-        as a :class:`~gateway.cdx.cdxops.LocalScan` (no await per record)."""
-        return LocalScan(self._scan(encode_key(query.key), encode_key(query.end_key)))
+        """Records in ``[query.key, query.end_key)`` in (urlkey, timestamp) order:
+        a :class:`~gateway.cdx.cdxops.LocalScan` (no await per record) while the
+        location file names local shards only, else an async generator."""
+        key, end = encode_key(query.key), encode_key(query.end_key)
+        if self._remote is False:
+            return LocalScan(self._scan(key, end))
+        return self._scan_remote(key, end)
 
     def _scan(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:
         if key >= end:
             return
+        with self._acquired() as handle:
+            for run in self._runs(handle, key, end):
+                if self._remote:
+                    raise SourceUnavailable(
+                        self.name,
+                        f"ZipNum location file {self.loc_path} changed to remote shards "
+                        "during this lookup; the next lookup reads them",
+                    )
+                if (yield from self._records(run, self._lines(run), key, end)):
+                    return
+
+    async def _scan_remote(self, key: bytes, end: bytes) -> AsyncGenerator[CdxRecord, None]:
+        if key >= end:
+            return
+        with self._acquired() as handle:
+            for run in self._runs(handle, key, end):
+                records = self._records(run, await self._fetch_lines(run), key, end)
+                while True:
+                    try:
+                        record = next(records)
+                    except StopIteration as stop:
+                        if stop.value:  # a line at or past the end was met
+                            return
+                        break
+                    if record is not None:
+                        yield record
+
+    @contextlib.contextmanager
+    def _acquired(self) -> Iterator[Handle]:
         try:
             handle = self._summary.acquire()
         except OSError as exc:
             raise unavailable(self.name, self.path, exc) from exc
         try:
-            run: list[_Block] = []
-            located = False
-            for block in self._blocks(handle, key, end):
-                if not located:
-                    self._load_locations()  # checked once per lookup that reads a block
-                    located = True
-                if run and not (
-                    len(run) < self.max_blocks
-                    and block.part == run[-1].part
-                    and block.offset == run[-1].offset + run[-1].length
-                ):
-                    if (yield from self._records(run, key, end)):
-                        return
-                    run = []
-                run.append(block)
-            if run:
-                yield from self._records(run, key, end)
+            yield handle
         finally:
             handle.release()
 
+    def _runs(self, handle: Handle, key: bytes, end: bytes) -> Generator[list[_Block], None, None]:
+        """Runs of adjacent blocks of one shard (at most ``max_blocks``) that may
+        hold lines in ``[key, end)``; the location file is checked (after the
+        summary, which a build replaces last) before the first run."""
+        run: list[_Block] = []
+        located = False
+        for block in self._blocks(handle, key, end):
+            if not located:
+                self._load_locations()
+                located = True
+            if run and not (
+                len(run) < self.max_blocks
+                and block.part == run[-1].part
+                and block.offset == run[-1].offset + run[-1].length
+            ):
+                yield run
+                run = []
+            run.append(block)
+        if run:
+            yield run
+
     def _records(
-        self, run: list[_Block], key: bytes, end: bytes
+        self, run: list[_Block], lines: Iterator[bytes], key: bytes, end: bytes
     ) -> Generator[CdxRecord | None, None, bool]:
-        """Records of a run of adjacent blocks in ``[key, end)``, then a checkpoint;
+        """Records of a run's lines in ``[key, end)``, then a checkpoint;
         returns True once a line at or past ``end`` was met."""
-        for line in self._lines(run):
+        for line in lines:
             if line < key or line.startswith(CDX_HEADERS):
                 continue
             if line >= end:
@@ -243,34 +303,11 @@ class ZipNumSource:
             locations[part] = [p if "://" in p else os.path.join(base, p) for p in paths if p]
         self._locations = locations
         self._loc_identity = identity
+        self._remote = any(is_remote(p) for paths in locations.values() for p in paths)
+        if self._remote:
+            self._cache.clear()  # a new generation may reuse a location's name
 
-    def _lines(self, run: Sequence[_Block]) -> Generator[bytes, None, None]:
-        """The lines of a run of adjacent blocks of one shard, block by block."""
-        part = run[0].part
-        data = self._read(part, run[0].offset, sum(block.length for block in run))
-        at = 0
-        for block in run:
-            member = data[at : at + block.length]
-            at += block.length
-            try:
-                inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                text = inflater.decompress(member, _MAX_BLOCK_TEXT)
-            except zlib.error as exc:
-                raise SourceBadAnswer(
-                    self.name,
-                    f"ZipNum shard {part}: block at offset {block.offset} is not a gzip "
-                    f"member ({exc}); the summary and the shard do not match",
-                ) from exc
-            if inflater.unconsumed_tail:
-                raise SourceBadAnswer(
-                    self.name,
-                    f"ZipNum shard {part}: block at offset {block.offset} inflates past "
-                    f"{_MAX_BLOCK_TEXT} bytes; expected a block of a few thousand lines",
-                )
-            yield from text.splitlines()
-
-    def _read(self, part: str, offset: int, length: int) -> bytes:
-        """``length`` bytes at ``offset`` of shard ``part``, from its first readable location."""
+    def _paths(self, part: str) -> list[str]:
         paths = self._locations.get(part)
         if not paths:
             problem = "has no path in" if paths is not None else "is not in"
@@ -279,33 +316,108 @@ class ZipNumSource:
                 f"ZipNum part {part!r} {problem} location file {self.loc_path}; "
                 "expected a line 'part<TAB>path[<TAB>path...]'",
             )
+        return paths
+
+    def _lines(self, run: Sequence[_Block]) -> Iterator[bytes]:
+        """The lines of a run of adjacent blocks of one shard, block by block."""
+        data = self._read(run[0].part, run[0].offset, sum(block.length for block in run))
+        at = 0
+        for block in run:
+            yield from self._inflate(block, data[at : at + block.length])
+            at += block.length
+
+    def _inflate(self, block: _Block, member: bytes) -> list[bytes]:
+        try:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            text = inflater.decompress(member, _MAX_BLOCK_TEXT)
+        except zlib.error as exc:
+            raise SourceBadAnswer(
+                self.name,
+                f"ZipNum shard {block.part}: block at offset {block.offset} is not a gzip "
+                f"member ({exc}); the summary and the shard do not match",
+            ) from exc
+        if inflater.unconsumed_tail:
+            raise SourceBadAnswer(
+                self.name,
+                f"ZipNum shard {block.part}: block at offset {block.offset} inflates past "
+                f"{_MAX_BLOCK_TEXT} bytes; expected a block of a few thousand lines",
+            )
+        return text.splitlines()
+
+    async def _fetch_lines(self, run: Sequence[_Block]) -> Iterator[bytes]:
+        """The lines of a run, from the block cache or one range read of the
+        blocks missing from it (local shards: ``pread``, uncached)."""
+        paths = self._paths(run[0].part)
+        if not any(is_remote(p) for p in paths):
+            return self._lines(run)
+        blocks: list[list[bytes] | None] = [self._cache.get(paths[0], b.offset) for b in run]
+        missing = [i for i, lines in enumerate(blocks) if lines is None]
+        self.stats.cache_hits += len(run) - len(missing)
+        self.stats.cache_misses += len(missing)
+        if missing:
+            first, last = run[missing[0]], run[missing[-1]]
+            length = last.offset + last.length - first.offset
+            data = await self._read_remote(first.part, paths, first.offset, length)
+            for i in range(missing[0], missing[-1] + 1):
+                block = run[i]
+                member = data[block.offset - first.offset :][: block.length]
+                lines = blocks[i] = self._inflate(block, member)
+                self._cache.put(paths[0], block.offset, lines, sum(map(len, lines)))
+        return (line for lines in blocks if lines is not None for line in lines)
+
+    async def _read_remote(self, part: str, paths: list[str], offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of ``part`` from its first readable location."""
         failures = []
         for path in paths:
-            if "://" in path:
-                failures.append(f"{path}: not a local file")
-                continue
-            shard = self._shards.get(path)
-            if shard is None:
-                shard = self._shards[path] = IndexFile(path, self.name)
-            try:
-                handle = shard.acquire()
-            except OSError as exc:
-                failures.append(f"{path}: {exc.strerror or exc}")
+            if not is_remote(path):
+                try:
+                    return self._read_local(part, path, offset, length)
+                except OSError as exc:
+                    failures.append(f"{path}: {exc.strerror or exc}")
+                    continue
+            if self.clients is None:
+                failures.append(f"{path}: no HTTP or S3 client in this process")
                 continue
             try:
-                data = os.pread(handle.fd, length, offset)
-            except OSError as exc:
-                failures.append(f"{path}: {exc.strerror or exc}")
+                data = await read_range(self.clients, self.name, path, offset, length)
+            except SourceUnavailable as exc:
+                failures.append(exc.reason)
                 continue
-            finally:
-                handle.release()
-            if len(data) < length:
-                failures.append(f"{path}: ends before byte {offset + length}")
-                continue
+            self.stats.count_request(part, length)
             return data
         raise SourceUnavailable(
             self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
         )
+
+    def _read(self, part: str, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of shard ``part``, from its first readable location."""
+        failures = []
+        for path in self._paths(part):
+            if is_remote(path):
+                failures.append(f"{path}: a remote location, read by the next lookup")
+                continue
+            try:
+                return self._read_local(part, path, offset, length)
+            except OSError as exc:
+                failures.append(f"{path}: {exc.strerror or exc}")
+        raise SourceUnavailable(
+            self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
+        )
+
+    def _read_local(self, part: str, path: str, offset: int, length: int) -> bytes:
+        """One ``pread``; raises OSError (a short read too)."""
+        shard = self._shards.get(path)
+        if shard is None:
+            shard = self._shards[path] = IndexFile(path, self.name)
+        handle = shard.acquire()
+        try:
+            data = os.pread(handle.fd, length, offset)
+        finally:
+            handle.release()
+        if len(data) < length:
+            raise OSError(f"ends before byte {offset + length}")
+        self.stats.count_request(part, length)
+        return data
 
     # -------------------------------------------------------------- the rest
     def resource_loaders(self) -> Sequence[ResourceLoader]:
@@ -329,6 +441,7 @@ class ZipNumSource:
         for shard in self._shards.values():
             shard.close()
         self._shards = {}
+        self._cache.clear()
 
 
 def _summary_lines(handle: Handle, key: bytes, end: bytes) -> Generator[bytes, None, None]:
