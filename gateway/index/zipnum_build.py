@@ -17,9 +17,9 @@ Lines are sorted by their bytes (``urlkey timestamp ...``: the order of
 input that is already sorted is read as a stream; an unsorted one is cut
 into runs of at most ``run_bytes`` of lines, each sorted in memory and
 written to a temporary file, and every stream and run is merged with
-:func:`heapq.merge` (an external merge sort). Peak memory is about twice
-``run_bytes`` (the lines of one run and their list) whatever the input
-size. A line present in several inputs is written once.
+:func:`heapq.merge` (an external merge sort). Peak memory is about
+``run_bytes`` plus the interpreter (the lines of one run, their list, and the
+merge's one line per run) whatever the input size. A line present in several inputs is written once.
 
 Inputs are CDXJ (``urlkey timestamp {json}``) or 9/11-field CDX files,
 plain or gzip-compressed (by their magic bytes), or directories of them
@@ -59,7 +59,8 @@ DEFAULT_LINES_PER_BLOCK: Final = 3000
 DEFAULT_SHARD_BYTES: Final = 1 << 30
 #: Bytes of lines sorted in memory at a time (one run of the external sort).
 DEFAULT_RUN_BYTES: Final = 256 << 20
-_READ_BYTES: Final = 1 << 20
+#: Lines written to a run file at a time.
+_SPILL_LINES: Final = 8192
 _CDX_HEADERS: Final = (b" CDX", b"CDX ")
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 
@@ -224,8 +225,8 @@ def _spill(batch: list[bytes], workdir: Path, stack: ExitStack) -> Iterator[byte
     batch.sort()
     run = tempfile.TemporaryFile(dir=workdir, prefix=".run-")  # noqa: SIM115 (closed by stack)
     stack.callback(run.close)
-    run.write(b"\n".join(batch))
-    run.write(b"\n")
+    for start in range(0, len(batch), _SPILL_LINES):  # never a second copy of the run
+        run.write(b"\n".join(batch[start : start + _SPILL_LINES]) + b"\n")
     batch.clear()
     run.seek(0)
     return (line.rstrip(b"\n") for line in run)

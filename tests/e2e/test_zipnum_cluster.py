@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import PYWB_BIN, _http_get, _start_until_ready
 from tests.e2e.support import GATEWAY, gateway, get, serve, until
+from tests.storage.seaweedfs import SeaweedFS, run_in_thread
 
 #: The docs' nightly routine, as written in docs/zipnum.md.
 GROUP_CONFIG = """\
@@ -256,3 +257,41 @@ def test_sigkill_during_build_or_compact_leaves_the_previous_cluster_serving(
     finally:
         server.stop()
     print("kills that left the old cluster / switched to the new one:", outcomes)
+
+
+# ------------------------------------------------------------------ shards on S3
+def test_a_cluster_built_onto_s3_answers_as_the_local_one(
+    tmp_path: Path, sample_dir: Path, seaweedfs: SeaweedFS
+) -> None:
+    run_in_thread(seaweedfs.create_bucket("zipnum-e2e"))
+    env = {**seaweedfs.environ(), "AWS_ENDPOINT_URL": seaweedfs.endpoint}
+    _copy_sample(sample_dir, tmp_path / "indexes", "iana.cdxj")
+    _copy_sample(sample_dir, tmp_path / "tail", "example.cdxj")
+    options = ["--lines-per-block", "30", "--shard-size", "4K"]
+    for out, extra in (("local", []), ("remote", ["--s3", "s3://zipnum-e2e/clusters/main/"])):
+        built = gateway(["zipnum", "build", "indexes/", "-o", out, *options, *extra], tmp_path, env)
+        assert built.returncode == 0, built.stderr
+        compacted = gateway(
+            ["zipnum", "compact", "tail/", "-o", out, *options, *extra], tmp_path, env
+        )
+        assert compacted.returncode == 0, compacted.stderr
+    loc = (tmp_path / "remote" / "cluster.loc").read_text()
+    assert "\ts3://zipnum-e2e/clusters/main/gen-" in loc
+    assert not list((tmp_path / "remote").glob("gen-*"))  # the shards are on S3 only
+    (tmp_path / "collections.yaml").write_text(
+        "collections:\n  local: local/cluster.idx\n  remote: remote/cluster.idx\n"
+    )
+    server, port = serve(tmp_path, env=env)
+    try:
+        for url, match in [
+            ("http://www.iana.org/", "exact"),
+            ("iana.org", "domain"),
+            ("example.com", "prefix"),
+            ("http://example.net/", "exact"),
+        ]:
+            assert _index(port, "remote", url, match) == _index(port, "local", url, match)
+        _, _, metrics = get(port, "/metrics")
+        assert b'gateway_zipnum_block_cache_misses_total{collection="remote"' in metrics
+        assert b'gateway_zipnum_range_requests_total{collection="remote"' in metrics
+    finally:
+        server.stop()
