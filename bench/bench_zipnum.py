@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -113,10 +112,13 @@ def build(cdxj: Path, out_dir: Path, s3: str | None = None) -> tuple[float, floa
     if s3:
         argv += ["--s3", s3]
     started = time.monotonic()
-    subprocess.run(argv, check=True)
+    process = subprocess.Popen(argv)
+    _, status, usage = os.wait4(process.pid, 0)  # this child's own peak, not the max of all
+    process.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - started
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return wall, peak_mb
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, argv)
+    return wall, usage.ru_maxrss / 1024
 
 
 async def lookups(summary: Path, urls: Sequence[tuple[str, str, str]]) -> dict[str, str]:

@@ -12,6 +12,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -295,3 +296,41 @@ def test_a_cluster_built_onto_s3_answers_as_the_local_one(
         assert b'gateway_zipnum_range_requests_total{collection="remote"' in metrics
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------ bounded memory
+#: Runs a command and prints its peak RSS (kB): measured by a small parent, since a
+#: child forked from this test's large process starts with that process's peak.
+_PEAK_RSS = (
+    "import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:]); "
+    "_, status, usage = os.wait4(p.pid, 0); print(usage.ru_maxrss); "
+    "sys.exit(os.waitstatus_to_exitcode(status))"
+)
+
+
+def _peak_rss_mb(args: list[str], cwd: Path) -> float:
+    """The peak RSS of ``gateway ARGS`` in MiB."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_RSS, GATEWAY, *args],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1]) / 1024
+
+
+def test_the_sort_holds_one_run_in_memory_not_the_input(tmp_path: Path) -> None:
+    big = _lines(range(400), 400, 3)  # 160,000 lines, about 20 MB
+    random.Random(3).shuffle(big)
+    (tmp_path / "big.cdxj").write_bytes(b"\n".join(big) + b"\n")
+    (tmp_path / "small.cdxj").write_bytes(b"\n".join(big[:10]) + b"\n")
+    options = ["--memory", "1M", "--no-fsync"]
+    baseline = _peak_rss_mb(["zipnum", "build", "small.cdxj", "-o", "small", *options], tmp_path)
+    peak = _peak_rss_mb(["zipnum", "build", "big.cdxj", "-o", "big", *options], tmp_path)
+    input_mb = (tmp_path / "big.cdxj").stat().st_size / 2**20
+    # Held in a list, the lines would take more than the file's size on top of the baseline.
+    assert peak - baseline < input_mb / 2, (baseline, peak, input_mb)
+    assert len(_cluster_lines(tmp_path / "big")) == len(big)
