@@ -3,7 +3,8 @@
 ::
 
     gateway zipnum build INPUT... -o DIR [--name NAME] [--lines-per-block N]
-                         [--shard-size SIZE] [--memory SIZE] [--s3 LOCATION]
+                         [--shard-size SIZE] [--memory SIZE]
+                         [--s3 LOCATION | --storage NAME [--config FILE]]
                          [--no-fsync] [--progress | --no-progress]
     gateway zipnum compact TAIL... -o DIR [the same options]
 
@@ -14,6 +15,9 @@ Both switch the new generation in atomically
 (:mod:`gateway.index.zipnum_publish`). ``--s3 s3://BUCKET/PREFIX/`` (or
 ``s3+http://HOST:PORT/BUCKET/PREFIX/``) uploads the shards there instead of
 keeping them in ``DIR``; the location file then names them by that URL.
+``--storage NAME`` uploads them to the ``s3`` storage ``NAME`` of the
+store's ``storages:`` in ``--config`` (default ``collections.yaml``), under
+its prefix + ``zipnum/NAME-OF-CLUSTER/``, at its endpoint and region.
 Sizes take a ``K``, ``M`` or ``G`` suffix (powers of 1024).
 
 Exit status: 0 written and switched in, 1 an input or the output failed
@@ -77,9 +81,34 @@ def _s3_target(text: str) -> S3Target:
     return S3Target(config.bucket, config.prefix, endpoint or None, base)
 
 
+def _storage_target(storage: str, config_path: str, cluster: str) -> S3Target:
+    """The ``s3`` storage ``storage`` of the store in ``config_path``, as a target.
+
+    Raises :class:`ValueError` naming what is wrong, or the config's
+    :class:`~gateway.errors.ConfigError`.
+    """
+    from gateway.config import load_config
+    from gateway.index.zipnum_publish import S3Target
+    from gateway.storage.s3_config import S3StorageConfig
+
+    storages = load_config(config_path).store.storages
+    spec = storages.get(storage)
+    if spec is None:
+        known = ", ".join(storages) or "none configured"
+        raise ValueError(f"--storage {storage!r} is not one of store.storages ({known})")
+    config = spec.config
+    if not isinstance(config, S3StorageConfig):
+        raise ValueError(f"--storage {storage!r} is a {spec.type} storage; expected an s3 one")
+    prefix = f"{config.prefix}zipnum/{cluster}/"
+    where = f"s3+{config.endpoint}/" if config.endpoint else "s3://"
+    base = f"{where}{config.bucket}/{prefix}"
+    return S3Target(config.bucket, prefix, config.endpoint, base, config.region)
+
+
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from gateway.errors import ConfigError
     from gateway.index.zipnum_build import BuildSettings, InputError
     from gateway.index.zipnum_publish import build_cluster, compact_cluster
     from gateway.progress import progress_bar
@@ -95,7 +124,9 @@ def _run(args: argparse.Namespace) -> int:
             fsync=args.fsync,
         )
         s3 = _s3_target(args.s3) if args.s3 else None
-    except ValueError as exc:
+        if args.storage:
+            s3 = _storage_target(args.storage, args.config, args.name)
+    except (ValueError, ConfigError) as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return 2
     inputs = [Path(p) for p in args.inputs]
@@ -140,11 +171,23 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="lines sorted in memory at a time; peak memory is about twice this (default 256M)",
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--s3",
         metavar="LOCATION",
         help="upload the shards to s3://BUCKET/PREFIX/ or s3+http(s)://HOST:PORT/BUCKET/PREFIX/ "
         "(credentials from the environment) instead of keeping them in DIR",
+    )
+    where.add_argument(
+        "--storage",
+        metavar="NAME",
+        help="upload the shards to the s3 storage NAME of the store (store.storages in "
+        "--config), under its prefix + zipnum/CLUSTER-NAME/",
+    )
+    parser.add_argument(
+        "--config",
+        default="collections.yaml",
+        help="the config whose store.storages --storage names (default collections.yaml)",
     )
     parser.add_argument(
         "--no-fsync",

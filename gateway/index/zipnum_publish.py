@@ -79,6 +79,7 @@ class S3Target:
     prefix: str
     endpoint: str | None
     location_base: str
+    region: str = "us-east-1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +323,9 @@ async def _open_storage(s3: S3Target) -> Storage:
     from gateway.storage.s3 import S3Storage
     from gateway.storage.s3_config import S3StorageConfig
 
-    config = S3StorageConfig(bucket=s3.bucket, prefix=s3.prefix, endpoint=s3.endpoint)
+    config = S3StorageConfig(
+        bucket=s3.bucket, prefix=s3.prefix, endpoint=s3.endpoint, region=s3.region
+    )
     return await S3Storage.open("zipnum", config)
 
 

@@ -276,11 +276,26 @@ def test_a_cluster_built_onto_s3_answers_as_the_local_one(
             ["zipnum", "compact", "tail/", "-o", out, *options, *extra], tmp_path, env
         )
         assert compacted.returncode == 0, compacted.stderr
+    # The same onto a storage of the store, as docs/zipnum.md writes it.
+    store = (
+        "store:\n  storages:\n    s3: {type: s3, endpoint: "
+        f'"{seaweedfs.endpoint}", bucket: zipnum-e2e, prefix: "gateway/"}}\n'
+    )
+    (tmp_path / "collections.yaml").write_text(store + "collections: {}\n")
+    via = ["--storage", "s3", "--config", "collections.yaml"]
+    built = gateway(["zipnum", "build", "indexes/", "tail/", "-o", "viastore", *via], tmp_path, env)
+    assert built.returncode == 0, built.stderr
+    via_loc = (tmp_path / "viastore" / "cluster.loc").read_text()
+    assert f"\ts3+{seaweedfs.endpoint}/zipnum-e2e/gateway/zipnum/cluster/gen-" in via_loc
+    wrong = gateway(["zipnum", "build", "indexes/", "-o", "x", "--storage", "nope"], tmp_path, env)
+    assert wrong.returncode == 2
+    assert "--storage 'nope' is not one of store.storages (s3)" in wrong.stderr
     loc = (tmp_path / "remote" / "cluster.loc").read_text()
     assert "\ts3://zipnum-e2e/clusters/main/gen-" in loc
     assert not list((tmp_path / "remote").glob("gen-*"))  # the shards are on S3 only
     (tmp_path / "collections.yaml").write_text(
-        "collections:\n  local: local/cluster.idx\n  remote: remote/cluster.idx\n"
+        store + "collections:\n  local: local/cluster.idx\n  remote: remote/cluster.idx\n"
+        "  viastore: viastore/cluster.idx\n"
     )
     server, port = serve(tmp_path, env=env)
     try:
@@ -290,7 +305,9 @@ def test_a_cluster_built_onto_s3_answers_as_the_local_one(
             ("example.com", "prefix"),
             ("http://example.net/", "exact"),
         ]:
-            assert _index(port, "remote", url, match) == _index(port, "local", url, match)
+            local = _index(port, "local", url, match)
+            assert _index(port, "remote", url, match) == local
+            assert _index(port, "viastore", url, match) == local
         _, _, metrics = get(port, "/metrics")
         assert b'gateway_zipnum_block_cache_misses_total{collection="remote"' in metrics
         assert b'gateway_zipnum_range_requests_total{collection="remote"' in metrics
