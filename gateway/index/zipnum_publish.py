@@ -371,28 +371,34 @@ def _current_lines(
     block (a shard on S3 or HTTP is first fetched whole into ``workdir``)."""
     locations = dict(_read_loc(loc_path))
     base = loc_path.parent
-    with summary_path.open("rb") as summary:
-        entries = [line.rstrip(b"\n").split(b"\t") for line in summary if line.strip()]
     opened: dict[str, Path] = {}
-    for fields in entries:
-        try:
-            part, offset, length = fields[1].decode(), int(fields[2]), int(fields[3])
-        except (IndexError, ValueError, UnicodeDecodeError) as exc:
-            raise InputError(f"{summary_path}: not a ZipNum summary line: {fields!r}") from exc
-        path = opened.get(part)
-        if path is None:
-            where = locations.get(part)
-            if where is None:
-                raise InputError(f"{loc_path}: part {part!r} of the summary has no location")
-            path = opened[part] = _local_copy(where, base, workdir)
-        with path.open("rb") as fh:
-            fh.seek(offset)
-            member = fh.read(length)
-        try:
-            text = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(member, _MAX_BLOCK_TEXT)
-        except zlib.error as exc:
-            raise InputError(f"{path}: block at offset {offset} is not a gzip member") from exc
-        yield from (line for line in text.split(b"\n") if line)
+    with summary_path.open("rb") as summary:  # streamed: a summary may hold millions of lines
+        for row in summary:
+            if not row.strip():
+                continue
+            fields = row.rstrip(b"\n").split(b"\t")
+            try:
+                part, offset, length = fields[1].decode(), int(fields[2]), int(fields[3])
+            except (IndexError, ValueError, UnicodeDecodeError) as exc:
+                raise InputError(f"{summary_path}: not a ZipNum summary line: {row!r}") from exc
+            path = opened.get(part)
+            if path is None:
+                where = locations.get(part)
+                if where is None:
+                    raise InputError(f"{loc_path}: part {part!r} of the summary has no location")
+                path = opened[part] = _local_copy(where, base, workdir)
+            yield from _block_lines(path, offset, length)
+
+
+def _block_lines(path: Path, offset: int, length: int) -> Iterator[bytes]:
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        member = fh.read(length)
+    try:
+        text = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(member, _MAX_BLOCK_TEXT)
+    except zlib.error as exc:
+        raise InputError(f"{path}: block at offset {offset} is not a gzip member") from exc
+    return (line for line in text.split(b"\n") if line)
 
 
 def _local_copy(where: str, base: Path, workdir: Path) -> Path:
