@@ -182,25 +182,34 @@ def sorted_lines(
 
     Sorted files are streamed; unsorted ones are sorted in runs of about
     ``run_bytes`` written under ``workdir`` (removed when ``stack`` closes).
-    ``progress`` counts input bytes: each unsorted file twice (checked, then
-    cut into runs), each sorted one twice (checked, then merged).
+    ``progress`` counts three passes over the input's bytes: every file is
+    checked (one pass), an unsorted one is cut into runs (the second pass;
+    a sorted one counts it at once), and the merge counts the bytes of the
+    lines it yields (the third).
     """
     streams: list[Iterable[bytes]] = []
     for path in files:
         size = path.stat().st_size
         if _is_sorted(path):
             if progress is not None:
-                progress(size)
-            streams.append(read_index_lines(path, progress))
+                progress(2 * size)
+            streams.append(read_index_lines(path))
         else:
             if progress is not None:
                 progress(size)
             streams.extend(_runs(path, run_bytes, workdir, stack, progress))
     previous: bytes | None = None
-    for line in heapq.merge(*streams):
+    merged = 0
+    for number, line in enumerate(heapq.merge(*streams)):
         if line != previous:
             yield line
             previous = line
+        merged += len(line) + 1
+        if progress is not None and number % 4096 == 4095:
+            progress(merged)
+            merged = 0
+    if progress is not None:
+        progress(merged)
 
 
 def _runs(

@@ -126,9 +126,8 @@ def build_cluster(
         stack.callback(_discard, tmp_dir, work_dir, summary_tmp)
         tmp_dir.mkdir()
         work_dir.mkdir()
-        streams_total = sum(p.stat().st_size for p in files) * 2
-        if bar is not None:
-            bar.total = streams_total
+        if bar is not None:  # three passes over the input (zipnum_build.sorted_lines)
+            bar.total = 3 * sum(p.stat().st_size for p in files)
             bar.refresh()
         progress = bar.update if bar is not None else None
         lines = sorted_lines(
