@@ -26,11 +26,14 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from gateway.clients import SharedClients
 from gateway.errors import SourceUnavailable
 from gateway.storage.s3_config import S3StorageConfig
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["BlockCache", "ShardStats", "is_remote", "parse_s3_location", "read_range"]
 
@@ -159,7 +162,7 @@ async def _http_range(
                     f"ZipNum shard {url}: HTTP {response.status} to a range request; "
                     "expected 206 Partial Content",
                 )
-            data = await response.content.read(length + 1)
+            data = await _read_at_most(response.content, length + 1)
     except (aiohttp.ClientError, OSError) as exc:
         raise SourceUnavailable(source, f"ZipNum shard {url}: {exc}") from exc
     if len(data) != length:
@@ -167,3 +170,16 @@ async def _http_range(
             source, f"ZipNum shard {url}: {len(data)} bytes for a range of {length}"
         )
     return data
+
+
+async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """The body, up to ``limit`` bytes (a longer one is cut there and refused by the caller)."""
+    chunks: list[bytes] = []
+    held = 0
+    while held < limit:
+        chunk = await stream.read(limit - held)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        held += len(chunk)
+    return b"".join(chunks)
