@@ -67,6 +67,8 @@ _PREFIX: Final = "zipnum+"
 _SUMMARY_READ_BYTES: Final = 64 * 1024
 #: Most text one block may inflate to (a block holds a few thousand lines).
 _MAX_BLOCK_TEXT: Final = 64 * 1024 * 1024
+#: Bytes inflated at a time from a block (a lookup stops inflating past its range).
+_INFLATE_PIECE: Final = 64 * 1024
 #: A summary line longer than this is not a summary line.
 _MAX_SUMMARY_LINE: Final = 64 * 1024
 
@@ -319,30 +321,53 @@ class ZipNumSource:
         return paths
 
     def _lines(self, run: Sequence[_Block]) -> Iterator[bytes]:
-        """The lines of a run of adjacent blocks of one shard, block by block."""
+        """The lines of a run of adjacent blocks of one shard, block by block,
+        inflated as they are asked for (a lookup that stops half-way through a
+        block inflates half of it, as pywb's line-by-line gzip reader does)."""
         data = self._read(run[0].part, run[0].offset, sum(block.length for block in run))
         at = 0
         for block in run:
             yield from self._inflate(block, data[at : at + block.length])
             at += block.length
 
-    def _inflate(self, block: _Block, member: bytes) -> list[bytes]:
-        try:
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            text = inflater.decompress(member, _MAX_BLOCK_TEXT)
-        except zlib.error as exc:
-            raise SourceBadAnswer(
-                self.name,
-                f"ZipNum shard {block.part}: block at offset {block.offset} is not a gzip "
-                f"member ({exc}); the summary and the shard do not match",
-            ) from exc
-        if inflater.unconsumed_tail:
-            raise SourceBadAnswer(
-                self.name,
-                f"ZipNum shard {block.part}: block at offset {block.offset} inflates past "
-                f"{_MAX_BLOCK_TEXT} bytes; expected a block of a few thousand lines",
-            )
-        return text.splitlines()
+    def _inflate(self, block: _Block, member: bytes) -> Iterator[bytes]:
+        """The lines of one gzip member, inflated ``_INFLATE_PIECE`` bytes at a time.
+
+        Raises :class:`SourceBadAnswer` for a member that is not gzip or that
+        inflates past ``_MAX_BLOCK_TEXT`` bytes."""
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        pending, produced = bytearray(), 0  # the text after the last line end
+        while True:
+            try:
+                text = inflater.decompress(member, _INFLATE_PIECE)
+            except zlib.error as exc:
+                raise SourceBadAnswer(
+                    self.name,
+                    f"ZipNum shard {block.part}: block at offset {block.offset} is not a gzip "
+                    f"member ({exc}); the summary and the shard do not match",
+                ) from exc
+            member = inflater.unconsumed_tail
+            if not text and not member:
+                break
+            produced += len(text)
+            if produced > _MAX_BLOCK_TEXT:
+                raise SourceBadAnswer(
+                    self.name,
+                    f"ZipNum shard {block.part}: block at offset {block.offset} inflates past "
+                    f"{_MAX_BLOCK_TEXT} bytes; expected a block of a few thousand lines",
+                )
+            end = text.rfind(b"\n")
+            if end < 0:
+                pending += text
+                continue
+            lines = (bytes(pending) + text[:end]).split(b"\n")
+            pending = bytearray(text[end + 1 :])
+            if b"\r" in text:
+                lines = [line.rstrip(b"\r") for line in lines]
+            yield from lines
+        last = bytes(pending).rstrip(b"\r")
+        if last:
+            yield last
 
     async def _fetch_lines(self, run: Sequence[_Block]) -> Iterator[bytes]:
         """The lines of a run, from the block cache or one range read of the
@@ -361,7 +386,7 @@ class ZipNumSource:
             for i in range(missing[0], missing[-1] + 1):
                 block = run[i]
                 member = data[block.offset - first.offset :][: block.length]
-                lines = blocks[i] = self._inflate(block, member)
+                lines = blocks[i] = list(self._inflate(block, member))
                 self._cache.put(paths[0], block.offset, lines, sum(map(len, lines)))
         return (line for lines in blocks if lines is not None for line in lines)
 
