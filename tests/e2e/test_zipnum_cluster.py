@@ -68,9 +68,7 @@ def test_build_serve_and_the_nightly_compaction_with_relative_paths(
         ]
         assert len(before["iana.org"]) == len(iana_lines) > 171  # the tail holds one too
         assert before["example.com"]  # from the tail
-        compacted = gateway(
-            ["zipnum", "compact", "tail/", "-o", "cluster", "--lines-per-block", "40"], tmp_path
-        )
+        compacted = gateway(["zipnum", "compact", "tail/", "-o", "cluster"], tmp_path)
         assert compacted.returncode == 0, compacted.stderr
         for name in os.listdir(tmp_path / "tail"):
             (tmp_path / "tail" / name).unlink()  # the tail is now in the cluster
