@@ -1,4 +1,5 @@
-"""The ``gateway`` command: serve | check-config | index | store | worker | jobs | token | export.
+"""The ``gateway`` command: serve | check-config | index | store | worker | jobs | token | export
+| acl | zipnum.
 
 Exit status: 0 success, 1 a command failed, 2 bad usage or a bad config
 (reported before anything binds a port).
@@ -548,6 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gateway.commands.acl import add_subcommands as add_acl_subcommands
 
     add_acl_subcommands(sub)
+    from gateway.commands.zipnum import add_subcommands as add_zipnum_subcommands
+
+    add_zipnum_subcommands(sub)
     return parser
 
 

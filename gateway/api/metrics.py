@@ -40,6 +40,15 @@ template, e.g. ``/{coll}/index``):
 ``access_decisions_total``                  counter {collection, access}: captures decided
                                             ``allow``, ``block`` or ``exclude`` by the rules,
                                             ``default_access`` and the embargo
+``zipnum_block_cache_hits_total``           counter {collection, step, source}: blocks of remote
+                                            ZipNum shards found inflated in the source's LRU
+``zipnum_block_cache_misses_total``         counter {collection, step, source}: blocks read
+``zipnum_block_cache_hit_ratio``            gauge {collection, step, source}: hits / (hits +
+                                            misses), 0 before the first remote block
+``zipnum_range_requests_total``             counter {collection, step, source, shard}: reads
+                                            (``pread`` or range request) of a ZipNum shard;
+                                            ``shard`` is its part number within a generation
+``zipnum_range_bytes_total``                counter {collection, step, source, shard}
 ==========================================  ====================================================
 
 plus prometheus-client's standard ``process_*``, ``python_gc_*`` and
@@ -313,6 +322,7 @@ class _GatewayCollector:
                     loader_open.add_metric(labels, 1 if breaker.is_open() else 0)
         yield from (lookups, breaker_open, failures, served, served_bytes, loads, loader_open)
         yield from _access_families(self._app[COLLECTIONS])
+        yield from _zipnum_families(self._app[COLLECTIONS])
 
         store = self._app[CLIENTS].store
         if store is not None:
@@ -331,3 +341,52 @@ class _GatewayCollector:
                 "WARC bytes the store's writer made durable.",
                 value=written.bytes_written,
             )
+
+
+def _zipnum_families(collections: dict[str, Collection]) -> Iterator[Metric]:
+    """The block cache and range reads of every ZipNum source (see the module docstring)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from gateway.sources.zipnum import ZipNumSource
+
+    labels = ["collection", "step", "source"]
+    hits = CounterMetricFamily(
+        "gateway_zipnum_block_cache_hits",
+        "Blocks of remote ZipNum shards found inflated in the source's LRU.",
+        labels=labels,
+    )
+    misses = CounterMetricFamily(
+        "gateway_zipnum_block_cache_misses",
+        "Blocks of remote ZipNum shards read because the LRU did not hold them.",
+        labels=labels,
+    )
+    ratio = GaugeMetricFamily(
+        "gateway_zipnum_block_cache_hit_ratio",
+        "Block cache hits / (hits + misses) of remote ZipNum shards (0 before any).",
+        labels=labels,
+    )
+    requests = CounterMetricFamily(
+        "gateway_zipnum_range_requests",
+        "Reads of a ZipNum shard (pread or range request), by shard.",
+        labels=[*labels, "shard"],
+    )
+    read_bytes = CounterMetricFamily(
+        "gateway_zipnum_range_bytes",
+        "Bytes read from a ZipNum shard, by shard.",
+        labels=[*labels, "shard"],
+    )
+    for name, collection in collections.items():
+        for step in collection.steps:
+            for member in step.index.members:
+                if not isinstance(member, ZipNumSource):
+                    continue
+                stats, own = member.stats, [name, step.name, member.name]
+                hits.add_metric(own, stats.cache_hits)
+                misses.add_metric(own, stats.cache_misses)
+                asked = stats.cache_hits + stats.cache_misses
+                ratio.add_metric(own, stats.cache_hits / asked if asked else 0.0)
+                for shard, count in sorted(stats.requests.copy().items()):
+                    requests.add_metric([*own, shard], count)
+                for shard, size in sorted(stats.bytes_read.copy().items()):
+                    read_bytes.add_metric([*own, shard], size)
+    yield from (hits, misses, ratio, requests, read_bytes)

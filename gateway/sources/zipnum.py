@@ -20,24 +20,33 @@ starts before ``query.key`` and every block that starts before
 ``max_blocks`` at a time (pywb's default 10), with ``pread``, inflated and cut
 to the key range. The summary, the location file and the shards are reopened
 when they change, checked with one ``os.stat`` each at most every
-``stat_interval_s`` (as CDXJ files, :mod:`gateway.sources.cdxj_file`). The
-lines of the last blocks inflated are kept (:class:`_InflatedBlocks`, at most
-:data:`INFLATED_BYTES` of lines per source), keyed by the shard file's
-identity (device, inode, mtime, size), the block's offset and length, so
-a lookup of a block read before costs a dictionary lookup and a bisection
-instead of the read and the inflation of its few thousand lines (a 3,000-line
-block is about 1 MB of text). Shards must be local files: a location that
-is a URL is reported as a source failure.
+``stat_interval_s`` (as CDXJ files, :mod:`gateway.sources.cdxj_file`).
+
+The lines of the last blocks inflated are kept in one LRU of ``cache_bytes``
+of line text (:class:`~gateway.sources.zipnum_remote.BlockCache`), keyed by
+the local shard file's identity (device, inode, mtime, size) or the remote
+location, and the block's offset: a lookup of a block read before costs a
+dictionary lookup and a bisection instead of a read and the inflation of its
+few thousand lines (a 3,000-line block is about 1 MB of text).
+
+A location may also be an ``http(s)://`` URL or an object on S3
+(``s3://BUCKET/KEY``, ``s3+http(s)://HOST:PORT/BUCKET/KEY``): those blocks
+are read with one range request per run of adjacent blocks
+(:mod:`gateway.sources.zipnum_remote`).
+A cluster whose location file names only local files is read without an
+await per block (:class:`~gateway.cdx.cdxops.LocalScan`); one naming a
+remote location is read by an async generator. A shard that no location
+serves is a :class:`SourceUnavailable`, never an empty answer.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import time
 import zlib
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Self
 
@@ -58,9 +67,9 @@ from gateway.sources.cdxj_scan import (
     search_offset,
     unavailable,
 )
+from gateway.sources.zipnum_remote import BlockCache, ShardStats, is_remote, read_range
 
 __all__ = [
-    "INFLATED_BYTES",
     "SUMMARY_SUFFIXES",
     "ZipNumSource",
     "ZipNumSourceConfig",
@@ -77,14 +86,13 @@ _SUMMARY_READ_BYTES: Final = 64 * 1024
 _MAX_BLOCK_TEXT: Final = 64 * 1024 * 1024
 #: A summary line longer than this is not a summary line.
 _MAX_SUMMARY_LINE: Final = 64 * 1024
-#: Bytes of inflated lines a source keeps (about 64 blocks of 3,000 lines).
-INFLATED_BYTES: Final = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ZipNumSourceConfig:
     """A ZipNum summary ``path``; ``loc`` the location file (default: the
     summary's name with ``.loc``); ``max_blocks`` adjacent blocks read at once;
+    ``cache_bytes`` the inflated blocks kept (LRU, bytes of line text, default 64 MiB);
     ``stat_interval_s`` how often (seconds) a lookup checks with ``os.stat``
     whether the summary, the location file or a shard changed (0: every lookup).
     Both paths are made absolute when the config is loaded (:mod:`gateway.paths`)."""
@@ -92,6 +100,7 @@ class ZipNumSourceConfig:
     path: str
     loc: str | None = None
     max_blocks: int = 10
+    cache_bytes: int = 64 * 1024 * 1024
     stat_interval_s: float = STAT_INTERVAL_S
 
     def __post_init__(self) -> None:
@@ -99,6 +108,8 @@ class ZipNumSourceConfig:
             raise ValueError("empty ZipNum summary path; expected zipnum+/path/to/index.idx")
         if self.max_blocks < 1:
             raise ValueError(f"max_blocks {self.max_blocks}: expected at least 1")
+        if self.cache_bytes < 0:
+            raise ValueError(f"cache_bytes {self.cache_bytes}: expected 0 or more")
         if not 0 <= self.stat_interval_s <= 3600:
             raise ValueError(
                 f"stat_interval_s {self.stat_interval_s!r}: expected 0 to 3600 seconds"
@@ -138,41 +149,6 @@ class _Block:
     length: int
 
 
-class _InflatedBlocks:
-    """The lines of the blocks inflated last, by ``(shard identity, offset, length)``;
-    the least recently used go first once they hold more than ``limit`` bytes."""
-
-    __slots__ = ("_blocks", "limit", "size")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.size = 0
-        self._blocks: OrderedDict[tuple[object, ...], tuple[list[bytes], int]] = OrderedDict()
-
-    def __contains__(self, key: tuple[object, ...]) -> bool:
-        return key in self._blocks
-
-    def get(self, key: tuple[object, ...]) -> list[bytes] | None:
-        kept = self._blocks.get(key)
-        if kept is None:
-            return None
-        self._blocks.move_to_end(key)
-        return kept[0]
-
-    def put(self, key: tuple[object, ...], lines: list[bytes], size: int) -> None:
-        if size > self.limit or key in self._blocks:
-            return
-        self._blocks[key] = (lines, size)
-        self.size += size
-        while self.size > self.limit:
-            _old, (_lines, dropped) = self._blocks.popitem(last=False)
-            self.size -= dropped
-
-    def clear(self) -> None:
-        self._blocks.clear()
-        self.size = 0
-
-
 class ZipNumSource:
     """A ZipNum cluster (module docstring); records in ``[key, end_key)``, sorted.
 
@@ -188,70 +164,115 @@ class ZipNumSource:
     #: Plain paths with these endings are ZipNum summaries (pywb ``IDX_EXT``).
     shorthand_suffixes: ClassVar[tuple[str, ...]] = SUMMARY_SUFFIXES
 
-    def __init__(self, config: ZipNumSourceConfig, *, name: str) -> None:
+    def __init__(
+        self, config: ZipNumSourceConfig, *, name: str, clients: SharedClients | None = None
+    ) -> None:
         self.name = name
         self.path = os.path.abspath(config.path)
         self.loc_path = os.path.abspath(config.loc or os.path.splitext(config.path)[0] + ".loc")
         self.max_blocks = config.max_blocks
+        self.clients = clients
+        #: Reads by shard and block cache hits (``/metrics``).
+        self.stats = ShardStats()
+        self._cache = BlockCache(config.cache_bytes)
         self.stat_interval_s = config.stat_interval_s
         self._summary = IndexFile(self.path, source=name, stat_interval_s=self.stat_interval_s)
         self._shards: dict[str, IndexFile] = {}
         self._locations: dict[str, list[str]] = {}
         self._loc_identity: tuple[int, int, int, int] | None = None
         self._loc_checked_until = 0.0
-        self._inflated = _InflatedBlocks(INFLATED_BYTES)
+        #: Whether the location file names a remote shard (None: not read yet).
+        self._remote: bool | None = None
 
     @classmethod
     def from_config(cls, config: SourceConfig, *, name: str, clients: SharedClients) -> IndexSource:
         """The source; raises :class:`ValueError` when the summary or location file is missing."""
         if not isinstance(config, ZipNumSourceConfig):
             raise TypeError(f"expected ZipNumSourceConfig, got {type(config).__name__}")
-        source = cls(config, name=name)
+        source = cls(config, name=name, clients=clients)
         for what, path in (("summary", source.path), ("location file", source.loc_path)):
             if not os.path.isfile(path):
                 raise ValueError(f"ZipNum {what} {path} does not exist or is not a file")
         return source
 
     def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
-        """Records in ``[query.key, query.end_key)`` in (urlkey, timestamp) order,
-        as a :class:`~gateway.cdx.cdxops.LocalScan` (no await per record)."""
-        return LocalScan(self._scan(encode_key(query.key), encode_key(query.end_key)))
+        """Records in ``[query.key, query.end_key)`` in (urlkey, timestamp) order:
+        a :class:`~gateway.cdx.cdxops.LocalScan` (no await per record) while the
+        location file names local shards only, else an async generator."""
+        key, end = encode_key(query.key), encode_key(query.end_key)
+        if self._remote is False:
+            return LocalScan(self._scan(key, end))
+        return self._scan_remote(key, end)
 
     def _scan(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:
         if key >= end:
             return
+        with self._acquired() as handle:
+            for run in self._runs(handle, key, end):
+                if self._remote:
+                    raise SourceUnavailable(
+                        self.name,
+                        f"ZipNum location file {self.loc_path} changed to remote shards "
+                        "during this lookup; the next lookup reads them",
+                    )
+                if (yield from self._records(run, self._lines(run), key, end)):
+                    return
+
+    async def _scan_remote(self, key: bytes, end: bytes) -> AsyncGenerator[CdxRecord, None]:
+        if key >= end:
+            return
+        with self._acquired() as handle:
+            for run in self._runs(handle, key, end):
+                records = self._records(run, await self._fetch_lines(run), key, end)
+                while True:
+                    try:
+                        record = next(records)
+                    except StopIteration as stop:
+                        if stop.value:  # a line at or past the end was met
+                            return
+                        break
+                    if record is not None:
+                        yield record
+
+    @contextlib.contextmanager
+    def _acquired(self) -> Iterator[Handle]:
         try:
             handle = self._summary.acquire()
         except OSError as exc:
             raise unavailable(self.name, self.path, exc) from exc
         try:
-            run: list[_Block] = []
-            located = False
-            for block in self._blocks(handle, key, end):
-                if not located:
-                    self._load_locations()  # checked once per lookup that reads a block
-                    located = True
-                if run and not (
-                    len(run) < self.max_blocks
-                    and block.part == run[-1].part
-                    and block.offset == run[-1].offset + run[-1].length
-                ):
-                    if (yield from self._records(run, key, end)):
-                        return
-                    run = []
-                run.append(block)
-            if run:
-                yield from self._records(run, key, end)
+            yield handle
         finally:
             handle.release()
 
+    def _runs(self, handle: Handle, key: bytes, end: bytes) -> Generator[list[_Block], None, None]:
+        """Runs of adjacent blocks of one shard (at most ``max_blocks``) that may
+        hold lines in ``[key, end)``; the location file is checked (after the
+        summary, which a build replaces last) before the first run."""
+        run: list[_Block] = []
+        located = False
+        for block in self._blocks(handle, key, end):
+            if not located:
+                self._load_locations()
+                located = True
+            if run and not (
+                len(run) < self.max_blocks
+                and block.part == run[-1].part
+                and block.offset == run[-1].offset + run[-1].length
+            ):
+                yield run
+                run = []
+            run.append(block)
+        if run:
+            yield run
+
     def _records(
-        self, run: list[_Block], key: bytes, end: bytes
+        self, run: list[_Block], blocks: Sequence[list[bytes]], key: bytes, end: bytes
     ) -> Generator[CdxRecord | None, None, bool]:
-        """Records of a run of adjacent blocks in ``[key, end)``, then a checkpoint;
+        """Records of a run's blocks of lines in ``[key, end)``, then a checkpoint;
         returns True once a line at or past ``end`` was met. A block's lines
         are sorted (the format): the first at or after ``key`` is bisected for."""
-        for lines in self._lines(run):
+        for lines in blocks:
             for index in range(bisect.bisect_left(lines, key), len(lines)):
                 line = lines[index]
                 if line < key or line.startswith(CDX_HEADERS):
@@ -317,28 +338,11 @@ class ZipNumSource:
         self._locations = locations
         self._loc_identity = identity
         self._loc_checked_until = time.monotonic() + self.stat_interval_s
+        self._remote = any(is_remote(p) for paths in locations.values() for p in paths)
+        if self._remote:
+            self._cache.clear()  # a new generation may reuse a location's name
 
-    def _lines(self, run: Sequence[_Block]) -> list[list[bytes]]:
-        """The lines of each block of a run of adjacent blocks of one shard, from
-        :class:`_InflatedBlocks` or one read of the whole run."""
-        part = run[0].part
-        identity, data = self._read(part, run)
-        if data is None:  # every block of the run is kept
-            return [self._inflated.get((identity, b.offset, b.length)) or [] for b in run]
-        blocks: list[list[bytes]] = []
-        at = 0
-        for block in run:
-            member = data[at : at + block.length]
-            at += block.length
-            lines = inflate_block(member, source=self.name, part=part, offset=block.offset)
-            blocks.append(lines)
-            size = sum(map(len, lines)) + len(lines)  # the text's bytes, newlines included
-            self._inflated.put((identity, block.offset, block.length), lines, size)
-        return blocks
-
-    def _read(self, part: str, run: Sequence[_Block]) -> tuple[object, bytes | None]:
-        """The identity of the first readable location of shard ``part`` and the
-        bytes of ``run`` there, or None for the bytes when every block of it is kept."""
+    def _paths(self, part: str) -> list[str]:
         paths = self._locations.get(part)
         if not paths:
             problem = "has no path in" if paths is not None else "is not in"
@@ -347,16 +351,83 @@ class ZipNumSource:
                 f"ZipNum part {part!r} {problem} location file {self.loc_path}; "
                 "expected a line 'part<TAB>path[<TAB>path...]'",
             )
+        return paths
+
+    def _lines(self, run: Sequence[_Block]) -> list[list[bytes]]:
+        """The lines of each block of a run of adjacent blocks of a local shard,
+        from the block cache or one ``pread`` of the whole run."""
+        part = run[0].part
+        identity, data = self._read(part, run)
+        if data is None:  # every block of the run is kept
+            return [self._cache.get(identity, b.offset) or [] for b in run]
+        blocks: list[list[bytes]] = []
+        at = 0
+        for block in run:
+            member = data[at : at + block.length]
+            at += block.length
+            lines = inflate_block(member, source=self.name, part=part, offset=block.offset)
+            blocks.append(lines)
+            self._cache.put(identity, block.offset, lines, _text_size(lines))
+        return blocks
+
+    async def _fetch_lines(self, run: Sequence[_Block]) -> list[list[bytes]]:
+        """The lines of each block of a run, from the block cache or one range
+        read of the blocks missing from it (local shards: :meth:`_lines`)."""
+        paths = self._paths(run[0].part)
+        if not any(is_remote(p) for p in paths):
+            return self._lines(run)
+        blocks: list[list[bytes] | None] = [self._cache.get(paths[0], b.offset) for b in run]
+        missing = [i for i, lines in enumerate(blocks) if lines is None]
+        self.stats.cache_hits += len(run) - len(missing)
+        self.stats.cache_misses += len(missing)
+        if missing:
+            first, last = run[missing[0]], run[missing[-1]]
+            length = last.offset + last.length - first.offset
+            data = await self._read_remote(first.part, paths, first.offset, length)
+            for i in range(missing[0], missing[-1] + 1):
+                block = run[i]
+                member = data[block.offset - first.offset :][: block.length]
+                lines = blocks[i] = inflate_block(
+                    member, source=self.name, part=block.part, offset=block.offset
+                )
+                self._cache.put(paths[0], block.offset, lines, _text_size(lines))
+        return [lines or [] for lines in blocks]
+
+    async def _read_remote(self, part: str, paths: list[str], offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of ``part`` from its first readable location."""
+        failures = []
+        for path in paths:
+            if not is_remote(path):
+                try:
+                    return self._read_local(part, path, offset, length)
+                except OSError as exc:
+                    failures.append(f"{path}: {exc.strerror or exc}")
+                    continue
+            if self.clients is None:
+                failures.append(f"{path}: no HTTP or S3 client in this process")
+                continue
+            try:
+                data = await read_range(self.clients, self.name, path, offset, length)
+            except SourceUnavailable as exc:
+                failures.append(exc.reason)
+                continue
+            self.stats.count_request(part, length)
+            return data
+        raise SourceUnavailable(
+            self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
+        )
+
+    def _read(self, part: str, run: Sequence[_Block]) -> tuple[object, bytes | None]:
+        """The identity of the first readable location of local shard ``part`` and
+        the bytes of ``run`` there, or None for the bytes when every block of it is kept."""
         offset = run[0].offset
         length = sum(block.length for block in run)
         failures = []
-        for path in paths:
-            if "://" in path:
-                failures.append(f"{path}: not a local file")
+        for path in self._paths(part):
+            if is_remote(path):
+                failures.append(f"{path}: a remote location, read by the next lookup")
                 continue
-            shard = self._shards.get(path)
-            if shard is None:
-                shard = self._shards[path] = IndexFile(path, self.name, self.stat_interval_s)
+            shard = self._shard(path)
             try:
                 handle = shard.acquire()
             except OSError as exc:
@@ -364,7 +435,7 @@ class ZipNumSource:
                 continue
             identity = handle.identity
             try:
-                if all((identity, b.offset, b.length) in self._inflated for b in run):
+                if all(self._cache.get(identity, b.offset) is not None for b in run):
                     return identity, None
                 data = os.pread(handle.fd, length, offset)
             except OSError as exc:
@@ -375,10 +446,29 @@ class ZipNumSource:
             if len(data) < length:
                 failures.append(f"{path}: ends before byte {offset + length}")
                 continue
+            self.stats.count_request(part, length)
             return identity, data
         raise SourceUnavailable(
             self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
         )
+
+    def _shard(self, path: str) -> IndexFile:
+        shard = self._shards.get(path)
+        if shard is None:
+            shard = self._shards[path] = IndexFile(path, self.name, self.stat_interval_s)
+        return shard
+
+    def _read_local(self, part: str, path: str, offset: int, length: int) -> bytes:
+        """One ``pread``; raises OSError (a short read too)."""
+        handle = self._shard(path).acquire()
+        try:
+            data = os.pread(handle.fd, length, offset)
+        finally:
+            handle.release()
+        if len(data) < length:
+            raise OSError(f"ends before byte {offset + length}")
+        self.stats.count_request(part, length)
+        return data
 
     # -------------------------------------------------------------- the rest
     def resource_loaders(self) -> Sequence[ResourceLoader]:
@@ -402,7 +492,7 @@ class ZipNumSource:
         for shard in self._shards.values():
             shard.close()
         self._shards = {}
-        self._inflated.clear()
+        self._cache.clear()
 
 
 def inflate_block(member: bytes, *, source: str, part: str, offset: int) -> list[bytes]:
@@ -427,6 +517,11 @@ def inflate_block(member: bytes, *, source: str, part: str, offset: int) -> list
             f"{_MAX_BLOCK_TEXT} bytes; expected a block of a few thousand lines",
         )
     return text.splitlines()
+
+
+def _text_size(lines: list[bytes]) -> int:
+    """The bytes of text ``lines`` came from, line ends included (what the cache counts)."""
+    return sum(map(len, lines)) + len(lines)
 
 
 def summary_lines(handle: Handle, key: bytes, end: bytes) -> Generator[bytes, None, None]:

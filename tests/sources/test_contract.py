@@ -64,6 +64,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import secrets
 import shutil
 import uuid
 from collections import Counter
@@ -82,6 +83,8 @@ from gateway.cdx.query import MATCH_TYPES, CaptureQuery
 from gateway.clients import SharedClients
 from gateway.errors import SourceBadAnswer, SourceError, SourceUnavailable
 from gateway.index.group import IndexGroup
+from gateway.index.zipnum_build import BuildSettings
+from gateway.index.zipnum_publish import S3Target, build_cluster
 from gateway.loaders.base import ResourceLoader
 from gateway.sources import SOURCE_SHORTHANDS, SOURCE_TYPES
 from gateway.sources.base import IndexSource
@@ -241,6 +244,87 @@ async def broken_zipnum(env: ContractEnv) -> IndexSource:
     for shard in env.tmp_path.glob("cluster-*.cdx.gz"):
         shard.unlink()
     return source
+
+
+async def _built_cluster(env: ContractEnv, folder: str, s3: S3Target | None = None) -> Path:
+    """``gateway zipnum build`` of both files (blocks of 7 lines, shards of 2 kB)."""
+    settings = BuildSettings(lines_per_block=7, shard_bytes=2048, fsync=False)
+    out = env.tmp_path / folder
+    report = await asyncio.to_thread(build_cluster, list(env.files), out, settings, s3=s3)
+    return report.summary
+
+
+async def build_zipnum_built(env: ContractEnv) -> IndexSource:
+    # Built by the gateway: a few blocks per shard, read 3 blocks at a time.
+    return _zipnum_source(await _built_cluster(env, "built"), env)
+
+
+async def broken_zipnum_built(env: ContractEnv) -> IndexSource:
+    summary = await _built_cluster(env, "built-broken")
+    source = _zipnum_source(summary, env)
+    for generation in summary.parent.glob("gen-*"):
+        shutil.rmtree(generation)
+    return source
+
+
+async def _s3_cluster(env: ContractEnv, folder: str) -> Path:
+    """The cluster of :func:`_built_cluster` with its shards on SeaweedFS."""
+    seaweedfs = env.fixture("s3_env")
+    if seaweedfs.endpoint not in _S3_BUCKETS:  # one bucket per server: new ones are slow to settle
+        await seaweedfs.create_bucket(ZIPNUM_BUCKET)
+        _S3_BUCKETS.add(seaweedfs.endpoint)
+    prefix = f"clusters-{secrets.token_hex(4)}/"
+    base = f"s3+{seaweedfs.endpoint}/{ZIPNUM_BUCKET}/{prefix}"
+    target = S3Target(ZIPNUM_BUCKET, prefix, seaweedfs.endpoint, base)
+    return await _built_cluster(env, folder, target)
+
+
+ZIPNUM_BUCKET: Final = "zipnum-contract"
+_S3_BUCKETS: set[str] = set()
+
+
+async def build_zipnum_s3(env: ContractEnv) -> IndexSource:
+    return _zipnum_source(await _s3_cluster(env, "on-s3"), env)
+
+
+async def broken_zipnum_s3(env: ContractEnv) -> IndexSource:
+    # The objects are there, the S3 endpoint is not.
+    summary = await _s3_cluster(env, "on-s3-broken")
+    loc = summary.with_suffix(".loc")
+    endpoint = env.fixture("s3_env").endpoint.removeprefix("http://")
+    loc.write_text(loc.read_text().replace(endpoint, f"127.0.0.1:{free_port()}"))
+    return _zipnum_source(summary, env)
+
+
+async def _http_cluster(env: ContractEnv, folder: str) -> Path:
+    """The cluster of :func:`_built_cluster`, its location file naming the shards by
+    URL on an aiohttp server (static files: ``Range`` answered with 206)."""
+    from aiohttp import web
+
+    summary = await _built_cluster(env, folder)
+    app = web.Application()
+    app.router.add_static("/shards/", summary.parent)
+    server = await env.aiohttp_server(app)
+    loc = summary.with_suffix(".loc")
+    base = str(server.make_url("/shards/"))
+    loc.write_text(
+        "".join(
+            f"{part}\t{base}{path}\n"
+            for part, path in (line.split("\t") for line in loc.read_text().splitlines())
+        )
+    )
+    return summary
+
+
+async def build_zipnum_http(env: ContractEnv) -> IndexSource:
+    return _zipnum_source(await _http_cluster(env, "on-http"), env)
+
+
+async def broken_zipnum_http(env: ContractEnv) -> IndexSource:
+    summary = await _http_cluster(env, "on-http-broken")
+    for generation in summary.parent.glob("gen-*"):
+        shutil.rmtree(generation)  # the server answers 404 to every range
+    return _zipnum_source(summary, env)
 
 
 def _redis_source(env: ContractEnv, url: str) -> IndexSource:
@@ -450,6 +534,9 @@ CONTRACT_KINDS: Final[dict[str, Kind]] = {
     "zipnum": Kind("zipnum", build_zipnum, broken_zipnum, SourceUnavailable),
     "wacz": Kind("wacz", build_wacz, broken_wacz, SourceUnavailable),
     "wacz-s3": Kind("wacz", build_wacz_s3, broken_wacz_s3, SourceUnavailable),
+    "zipnum-built": Kind("zipnum", build_zipnum_built, broken_zipnum_built, SourceUnavailable),
+    "zipnum-s3": Kind("zipnum", build_zipnum_s3, broken_zipnum_s3, SourceUnavailable),
+    "zipnum-http": Kind("zipnum", build_zipnum_http, broken_zipnum_http, SourceUnavailable),
 }
 
 

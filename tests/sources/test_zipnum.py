@@ -10,9 +10,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from gateway.cdx.cdxj import CdxRecord, canonical_urlkey
 from gateway.cdx.query import CaptureQuery
@@ -22,13 +25,17 @@ from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
 from gateway.server.app import build_collections
 from gateway.sources.base import IndexSource
 from gateway.sources.zipnum import ZipNumSource, ZipNumSourceConfig
+from gateway.sources.zipnum_remote import BlockCache
+from tests.conftest import free_port
 from tests.sources.conftest import collect
 from tests.sources.zipnum_support import write_zipnum
 
+AiohttpServer = Callable[..., Awaitable[TestServer]]
 
-def source(summary: Path, **settings: object) -> IndexSource:
+
+def source(summary: Path, clients: SharedClients | None = None, **settings: object) -> IndexSource:
     config = ZipNumSourceConfig(path=str(summary), **settings)  # type: ignore[arg-type]
-    return ZipNumSource.from_config(config, name="zip", clients=SharedClients())
+    return ZipNumSource.from_config(config, name="zip", clients=clients or SharedClients())
 
 
 def line(url: str, timestamp: str = "20200101000000") -> bytes:
@@ -129,12 +136,11 @@ async def test_a_block_read_before_is_not_read_again_while_its_shard_is_unchange
     await zipnum.aclose()
 
 
-async def test_locations_are_tried_in_order(tmp_path: Path) -> None:
+async def test_locations_are_tried_in_order(tmp_path: Path, clients: SharedClients) -> None:
     summary = write_zipnum([line("http://example.com/")], tmp_path)
-    (tmp_path / "cluster.loc").write_text(
-        "cluster-00\thttp://shards.example.org/cluster-00.cdx.gz\tmissing.gz\tcluster-00.cdx.gz\n"
-    )
-    zipnum = source(summary)
+    closed = f"http://127.0.0.1:{free_port()}/cluster-00.cdx.gz"
+    (tmp_path / "cluster.loc").write_text(f"cluster-00\t{closed}\tmissing.gz\tcluster-00.cdx.gz\n")
+    zipnum = source(summary, clients)
     assert len(await collect(zipnum, CaptureQuery.for_url("http://example.com/"))) == 1
     await zipnum.aclose()
 
@@ -146,17 +152,17 @@ async def test_locations_are_tried_in_order(tmp_path: Path) -> None:
         ("other\tcluster-00.cdx.gz\n", SourceBadAnswer, "'cluster-00' is not in location file"),
         ("cluster-00\n", SourceBadAnswer, "'cluster-00' has no path in location file"),
         (
-            "cluster-00\tgone.gz\thttp://x.example/c.gz\n",
+            f"cluster-00\tgone.gz\thttp://127.0.0.1:{free_port()}/c.gz\n",
             SourceUnavailable,
             "no location could be read (",
         ),
     ],
 )
 async def test_location_problems_name_the_part(
-    tmp_path: Path, loc: str, error: type[Exception], reason: str
+    tmp_path: Path, clients: SharedClients, loc: str, error: type[Exception], reason: str
 ) -> None:
     summary = write_zipnum([line("http://example.com/")], tmp_path)
-    zipnum = source(summary)
+    zipnum = source(summary, clients)
     (tmp_path / "cluster.loc").write_text(loc)
     with pytest.raises(error) as caught:
         await collect(zipnum, CaptureQuery.for_url("http://example.com/"))
@@ -212,3 +218,93 @@ def test_the_record_type_parses_the_sample_shards(sample_dir: Path) -> None:
         first = fh.readline().rstrip(b"\n")
     record = CdxRecord.parse(first)
     assert (record.urlkey, record.timestamp) == ("com,example)/", "20140127171200")
+
+
+# ------------------------------------------------------------------ remote shards
+def _shard_server(folder: Path, ranges: list[str], *, honour_range: bool = True) -> web.Application:
+    """Serves ``folder``'s files, recording each request's Range header."""
+
+    async def shard(request: web.Request) -> web.StreamResponse:
+        ranges.append(request.headers.get("Range", ""))
+        path = folder / request.match_info["name"]
+        if not path.is_file():
+            raise web.HTTPNotFound()
+        if honour_range:
+            return web.FileResponse(path)
+        return web.Response(body=path.read_bytes())
+
+    app = web.Application()
+    app.router.add_get("/{name}", shard)
+    return app
+
+
+async def _remote_cluster(
+    tmp_path: Path, aiohttp_server: AiohttpServer, ranges: list[str], **options: bool
+) -> Path:
+    lines = [line(f"http://example.com/{n:03d}") for n in range(60)]
+    summary = write_zipnum(lines, tmp_path, lines_per_block=5, blocks_per_shard=6)
+    server = await aiohttp_server(_shard_server(tmp_path, ranges, **options))
+    loc = tmp_path / "cluster.loc"
+    loc.write_text(
+        "".join(
+            f"{part}\t{server.make_url('/' + path)}\n"
+            for part, path in (row.split("\t") for row in loc.read_text().splitlines())
+        )
+    )
+    return summary
+
+
+async def test_remote_blocks_are_read_in_one_range_request_and_cached(
+    tmp_path: Path, aiohttp_server: AiohttpServer, clients: SharedClients
+) -> None:
+    ranges: list[str] = []
+    summary = await _remote_cluster(tmp_path, aiohttp_server, ranges)
+    zipnum = source(summary, clients, max_blocks=10)
+    assert isinstance(zipnum, ZipNumSource)
+    query = CaptureQuery.for_url("http://example.com/0", match_type="prefix")  # 000-099: 12 blocks
+    assert [r.url for r in await collect(zipnum, query)] == [
+        f"http://example.com/{n:03d}" for n in range(60)
+    ]
+    # Two shards of 6 blocks: one request each, for every adjacent block of the shard.
+    assert len(ranges) == 2
+    assert all(r.startswith("bytes=0-") for r in ranges)
+    assert zipnum.stats.cache_misses == 12
+    assert zipnum.stats.requests == {"cluster-00": 1, "cluster-01": 1}
+    # The same answer again comes from the LRU: no request.
+    assert len(await collect(zipnum, query)) == 60
+    assert len(ranges) == 2
+    assert zipnum.stats.cache_hits == 12
+    exact = CaptureQuery.for_url("http://example.com/042")
+    assert [r.url for r in await collect(zipnum, exact)] == ["http://example.com/042"]
+    await zipnum.aclose()
+
+
+async def test_a_remote_shard_that_cannot_be_read_is_a_failure_never_empty(
+    tmp_path: Path, aiohttp_server: AiohttpServer, clients: SharedClients
+) -> None:
+    ranges: list[str] = []
+    summary = await _remote_cluster(tmp_path, aiohttp_server, ranges, honour_range=False)
+    zipnum = source(summary, clients)
+    query = CaptureQuery.for_url("http://example.com/042")
+    with pytest.raises(SourceUnavailable, match="HTTP 200 to a range request"):
+        await collect(zipnum, query)
+    await zipnum.aclose()
+    (tmp_path / "again").mkdir()
+    summary = await _remote_cluster(tmp_path / "again", aiohttp_server, ranges)
+    for shard in (tmp_path / "again").glob("cluster-*.cdx.gz"):
+        shard.unlink()
+    zipnum = source(summary, clients)
+    with pytest.raises(SourceUnavailable, match="HTTP 404 to a range request"):
+        await collect(zipnum, query)
+    await zipnum.aclose()
+
+
+def test_block_cache_keeps_at_most_its_bytes() -> None:
+    cache = BlockCache(100)
+    cache.put("s", 0, [b"a" * 60], 60)
+    cache.put("s", 1, [b"b" * 30], 30)
+    assert cache.get("s", 0) is not None  # 0 is now the most recently used
+    cache.put("s", 2, [b"c" * 30], 30)
+    assert (cache.get("s", 1), cache.held_bytes) == (None, 90)
+    cache.put("s", 3, [b"d" * 101], 101)  # larger than the cache: not kept
+    assert cache.get("s", 3) is None

@@ -1,0 +1,246 @@
+"""Benchmark: ZipNum clusters at scale, built by ``gateway zipnum build`` and looked up.
+
+::
+
+    python -m bench.bench_zipnum --lines 1000000 --work /var/tmp/zipnum-1m
+    python -m bench.bench_zipnum --lines 10000000 --work /var/tmp/zipnum-10m --s3 --callgrind
+
+For a cluster of ``--lines`` synthetic captures it
+
+1. generates the CDXJ (never committed; kept in ``--work`` and reused): SURT
+   urlkeys of made-up hosts under 12 TLDs, 1-4 path segments, a sorted
+   query string on 10% of URLs, 1-12 captures per URL at random times
+   1996-2025, cdxj-indexer's JSON fields. The lines are written in
+   generation order (unsorted: the build sorts them), and every
+   ``lines / 2000``-th URL is kept in ``captures.urls`` for the lookups;
+2. runs ``gateway zipnum build`` on it (3,000 lines per block, 1 GiB shards)
+   and records its wall time and peak RSS (``getrusage`` of the child);
+3. looks up 1,000 of the kept URLs with :class:`~gateway.sources.zipnum.ZipNumSource`
+   in this process: one URL (``exact``), its host (``prefix``), and
+   ``closest`` (the exact range; the aggregator orders it), giving
+   p50/p99 latency and the range reads (``pread`` or range request) per
+   lookup, from local disk and, with ``--s3``, from a SeaweedFS started
+   here (``gateway zipnum build --s3``);
+4. with ``--callgrind``, serves the local cluster with ``gateway serve``
+   and pywb 2.10 under ``valgrind --tool=callgrind`` and counts
+   instructions per request for the three rows (as
+   :mod:`bench.bench_instructions` does: warm-up, zero, N requests, dump).
+
+Figures are printed as a Markdown table; docs/zipnum.md records them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from bench.harness import machine, print_machine, start_gateway, start_pywb
+from bench.workloads import Row, quote
+
+_TLDS: Final = ("com",) * 8 + ("org", "net", "de", "uk", "fr", "jp", "br", "it", "nl", "au", "ru")
+_SYLLABLES: Final = tuple(c + v for c in "bklmnrst" for v in "aeiou")
+_EXTENSIONS: Final = ("", "", "", ".html", ".htm", ".php", ".jpg", ".png", ".css", ".js", ".pdf")
+_MIMES: Final = {".jpg": "image/jpeg", ".png": "image/png", ".css": "text/css"}
+_LOOKUPS: Final = 1000
+_KEPT_URLS: Final = 2000
+_START: Final = 820454400  # 1996-01-01
+_END: Final = 1767225600  # 2026-01-01
+
+
+def _word(rng: random.Random) -> str:
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4)))
+
+
+def generate(lines: int, out: Path, seed: int = 24) -> None:
+    """Write about ``lines`` CDXJ lines to ``out`` and the kept URLs to ``out.urls``."""
+    rng = random.Random(seed)
+    hosts = [
+        (rng.choice(_TLDS), _word(rng), rng.choice(("", "", "", "blog", "shop", "news")))
+        for _ in range(max(10, lines // 400))
+    ]
+    keep_every = max(1, lines // (3 * _KEPT_URLS))  # about 3 captures per URL
+    written = kept = urls = 0
+    with out.open("w", encoding="ascii") as cdxj, out.with_suffix(".urls").open("w") as keep:
+        while written < lines:
+            tld, domain, sub = rng.choice(hosts)
+            host = f"{sub}.{domain}.{tld}" if sub else f"{domain}.{tld}"
+            surt_host = f"{tld},{domain},{sub}" if sub else f"{tld},{domain}"
+            ext = rng.choice(_EXTENSIONS)
+            path = "/".join(_word(rng) for _ in range(rng.randint(1, 4))) + ext
+            query = ""
+            if rng.random() < 0.1:
+                args = sorted(f"{_word(rng)}={rng.randint(1, 999)}" for _ in range(2))
+                query = "?" + "&".join(args)
+            url = f"http://{host}/{path}{query}"
+            urlkey = f"{surt_host})/{path}{query}"
+            urls += 1
+            captures = min(12, int(rng.expovariate(0.4)) + 1)
+            for _ in range(captures):
+                when = time.strftime("%Y%m%d%H%M%S", time.gmtime(rng.randint(_START, _END)))
+                digest = hashlib.sha1(f"{url}{when}".encode()).hexdigest()[:32].upper()
+                fields = {
+                    "url": url,
+                    "mime": _MIMES.get(ext, "text/html"),
+                    "status": "200",
+                    "digest": f"sha1:{digest}",
+                    "length": str(rng.randint(500, 90000)),
+                    "offset": str(rng.randint(0, 1 << 30)),
+                    "filename": f"crawl-{when[:6]}-{rng.randint(0, 999):05d}.warc.gz",
+                }
+                cdxj.write(f"{urlkey} {when} {json.dumps(fields)}\n")
+                written += 1
+            if urls % keep_every == 0:
+                keep.write(f"{url}\t{when}\t{host}\n")
+                kept += 1
+    print(f"# generated {written:,} lines ({out.stat().st_size / 1e9:.2f} GB), {kept} URLs kept")
+
+
+def build(cdxj: Path, out_dir: Path, s3: str | None = None) -> tuple[float, float]:
+    """``gateway zipnum build``: wall seconds and the child's peak RSS in MB."""
+    argv = [sys.executable, "-m", "gateway.cli", "zipnum", "build", str(cdxj), "-o", str(out_dir)]
+    if s3:
+        argv += ["--s3", s3]
+    started = time.monotonic()
+    process = subprocess.Popen(argv)
+    _, status, usage = os.wait4(process.pid, 0)  # this child's own peak, not the max of all
+    process.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - started
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, argv)
+    return wall, usage.ru_maxrss / 1024
+
+
+async def lookups(summary: Path, urls: Sequence[tuple[str, str, str]]) -> dict[str, str]:
+    """p50/p99 ms and range reads per lookup for each kind of lookup (module docstring)."""
+    from gateway.cdx.query import CaptureQuery
+    from gateway.clients import SharedClients
+    from gateway.sources.zipnum import ZipNumSource, ZipNumSourceConfig
+
+    clients = SharedClients()
+    await clients.start()
+    source = ZipNumSource(ZipNumSourceConfig(path=str(summary)), name="bench", clients=clients)
+    results: dict[str, str] = {}
+    try:
+        for kind in ("exact", "prefix", "closest"):
+            times, reads, found = [], 0, 0
+            for url, when, host in urls:
+                if kind == "prefix":
+                    query = CaptureQuery.for_url(f"http://{host}/", match_type="prefix")
+                else:
+                    query = CaptureQuery.for_url(url, closest=when if kind == "closest" else None)
+                before = sum(source.stats.requests.values())
+                started = time.perf_counter()
+                records = [r async for r in source.lookup(query)]
+                times.append(time.perf_counter() - started)
+                reads += sum(source.stats.requests.values()) - before
+                found += bool(records)
+            times.sort()
+            p50, p99 = times[len(times) // 2], times[int(len(times) * 0.99)]
+            results[kind] = (
+                f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms, "
+                f"{reads / len(urls):.2f} reads, {found}/{len(urls)} found"
+            )
+        hits, misses = source.stats.cache_hits, source.stats.cache_misses
+        if hits + misses:
+            results["block cache"] = f"{hits / (hits + misses):.0%} hits"
+    finally:
+        await source.aclose()
+        await clients.close()
+    return results
+
+
+def instructions(
+    work: Path, summary: Path, urls: Sequence[tuple[str, str, str]], requests: int
+) -> dict[str, dict[str, float]]:
+    """k instructions per request of the gateway and pywb serving the local cluster."""
+    from bench.bench_instructions import _STARTUP_S, _instructions_per_request
+
+    sample = urls[:200]
+    workload = [
+        Row("exact", tuple(f"/web/index?url={quote(u)}" for u, _, _ in sample)),
+        Row("prefix", tuple(f"/web/index?url={quote(h)}/&matchType=prefix" for _, _, h in sample)),
+        Row(
+            "closest",
+            tuple(f"/web/index?url={quote(u)}&closest={w}&limit=1" for u, w, _ in sample),
+        ),
+    ]
+    found: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-zipnum-", dir=work) as tmp:
+        out_dir = Path(tmp)
+        for name in ("gateway", "pywb"):
+            prefix = [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out_dir}/{name}.%p.out",
+            ]
+            if name == "gateway":
+                yaml = f"collections:\n  web:\n    index: {summary}\n"
+                server = start_gateway(yaml, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S)
+            else:
+                config: dict[str, object] = {"collections": {"web": {"index": str(summary)}}}
+                server = start_pywb(config, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S)
+            try:
+                found[name] = {
+                    row.name: _instructions_per_request(server, row, out_dir, requests, 4)
+                    for row in workload
+                }
+            finally:
+                server.stop()
+            print(f"# {name}: {found[name]}", flush=True)
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--work", type=Path, required=True, help="kept between runs")
+    parser.add_argument("--s3", action="store_true", help="also build onto and read from S3")
+    parser.add_argument("--callgrind", action="store_true", help="instructions per request")
+    parser.add_argument("--requests", type=int, default=300, help="callgrind requests per row")
+    args = parser.parse_args(argv)
+    print_machine(machine())
+    args.work.mkdir(parents=True, exist_ok=True)
+    cdxj = args.work / "captures.cdxj"
+    if not cdxj.exists():
+        generate(args.lines, cdxj)
+    rows = [line.split("\t") for line in cdxj.with_suffix(".urls").read_text().splitlines()]
+    urls = [(u, w, h) for u, w, h in rows][:_LOOKUPS]
+    local = args.work / "cluster"
+    wall, peak = build(cdxj, local)
+    summary = local / "cluster.idx"
+    size = sum(p.stat().st_size for p in local.rglob("*.cdx.gz"))
+    print(f"| build | {wall:,.0f} s wall, peak RSS {peak:,.0f} MB |")
+    print(f"| cluster | {size / 1e9:.2f} GB of shards, summary {summary.stat().st_size:,} bytes |")
+    for kind, text in asyncio.run(lookups(summary, urls)).items():
+        print(f"| local {kind} | {text} |")
+    if args.s3:
+        from tests.storage.seaweedfs import SeaweedFS
+
+        with SeaweedFS(args.work / "seaweedfs") as s3:
+            os.environ.update(s3.environ())
+            asyncio.run(s3.create_bucket("zipnum-bench"))
+            on_s3 = args.work / "cluster-s3"
+            wall, peak = build(cdxj, on_s3, f"s3+{s3.endpoint}/zipnum-bench/c/")
+            print(f"| build to S3 | {wall:,.0f} s wall, peak RSS {peak:,.0f} MB |")
+            for kind, text in asyncio.run(lookups(on_s3 / "cluster.idx", urls)).items():
+                print(f"| S3 {kind} | {text} |")
+    if args.callgrind:
+        for server, per_row in instructions(args.work, summary, urls, args.requests).items():
+            for row, k in per_row.items():
+                print(f"| {server} {row} | {k:,.1f}k instructions per request |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
