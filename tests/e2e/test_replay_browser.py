@@ -263,3 +263,58 @@ def test_client_side_replay_true_without_an_install_stops_start_up(
     missing = workdir / ".wabac"
     assert f"replay: wabac_dir {missing}/: no wabac.js install there (no sw.js)" in done.stderr
     assert "scripts/install-wabac" in done.stderr
+
+
+async def test_a_collection_that_is_only_an_export_replays_in_the_browser(
+    tmp_path: Path, sample_dir: Path, browser: BrowserContext
+) -> None:
+    """``gateway export`` of docs/replay.md's collection, the archive then removed,
+    and a config whose only collection is the exported WACZ: its capture of
+    iana.org replays through wabac.js styled by its archived CSS and font, with
+    its images, and a link in it leads to another page of the export."""
+    if not (WABAC_INSTALL / "sw.js").is_file():
+        pytest.fail(f"{WABAC_INSTALL} has no wabac.js: run scripts/install-wabac")
+    workdir = sample_workdir(tmp_path / "work", sample_dir)
+    (workdir / ".wabac").symlink_to(WABAC_INSTALL)
+    exported = gateway(
+        ["export", "iana.org", "--match-type", "domain", "-o", "exports/iana.wacz"], workdir
+    )
+    assert exported.returncode == 0, exported.stderr
+    shutil.rmtree(workdir / "archive")  # nothing left but the export
+    web = "  web:\n    index: ./archive/indexes/\n    resource: ./archive/warcs/\n"
+    config = documented_config()
+    assert web in config
+    (workdir / "exported.yaml").write_text(
+        config.replace(web, "  exported:\n    index: ./exports/iana.wacz\n"), encoding="utf-8"
+    )
+    server, port = serve(workdir, "--config", "exported.yaml")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        requested: list[str] = []
+        browser.on("request", lambda request: requested.append(request.url))
+        page = await browser.new_page()
+        await page.goto(f"{base}/exported/{CAPTURED}/{HOME}")
+        frame = await replay_frame(page, "Root Zone Management")
+        assert frame.url == f"{base}/exported/{CAPTURED}mp_/{HOME}"
+        family = await frame.evaluate("getComputedStyle(document.body).fontFamily")
+        assert family.startswith('"Open Sans"'), family
+        images = await frame.evaluate(
+            "Array.from(document.images, (image) => [image.currentSrc, image.naturalWidth])"
+        )
+        assert images, "no images in the replayed page"
+        for src, width in images:
+            assert src.startswith(f"{base}/exported/{CAPTURED}"), src
+            assert width > 0, src
+        assert await page.locator("#capture-time").inner_text() == "2014-01-26 20:06:24"
+
+        await frame.locator("a", has_text="Root Zone Management").click()
+        await page.wait_for_url(f"{base}/exported/20140126200912/http://www.iana.org/domains/root")
+        frame = await replay_frame(page, "Root Zone Database")
+        family = await frame.evaluate("getComputedStyle(document.body).fontFamily")
+        assert family.startswith('"Open Sans"'), family
+
+        outside = [url for url in requested if not url.startswith(f"{base}/")]
+        assert requested
+        assert outside == [], outside
+    finally:
+        server.stop()
