@@ -7,6 +7,11 @@ wabac.js is the install ``scripts/install-wabac`` made in the checkout's
 link to it, so the documented ``wabac_dir: ./.wabac/`` finds it. Every
 request the browser makes is recorded: none may leave the gateway.
 
+A ``gateway export`` WACZ is replayed twice: served by the gateway as a
+collection of its own, and opened by wabac.js itself as ReplayWeb.page opens
+a WACZ (an ``addColl`` of the file's URL, read with Range requests), with no
+gateway running.
+
 With ``GATEWAY_SCREENSHOT_DIR`` set, the replayed iana.org page's screenshot
 is written there as ``replay-iana.png`` (docs/img/replay-iana.png comes from
 ``GATEWAY_SCREENSHOT_DIR=docs/img .venv/bin/python -m pytest tests/e2e/test_replay_browser.py``).
@@ -19,9 +24,10 @@ import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
+from aiohttp import web
 from playwright.async_api import BrowserContext, Frame, Page, async_playwright
 
 from tests.conftest import REPO_ROOT
@@ -318,3 +324,89 @@ async def test_a_collection_that_is_only_an_export_replays_in_the_browser(
         assert outside == [], outside
     finally:
         server.stop()
+
+
+#: A page that opens a WACZ in wabac.js as ReplayWeb.page does (an ``addColl``
+#: message naming the file's URL), then shows a capture of it in a frame.
+WACZ_VIEWER: Final = """<!doctype html>
+<html><body><iframe id="replay" style="width:1100px;height:800px"></iframe>
+<script>
+(async () => {
+  const sw = navigator.serviceWorker;
+  const added = new Promise((resolve, reject) => sw.addEventListener("message", (event) => {
+    if (event.data.msg_type === "collAdded") resolve();
+    if (event.data.msg_type === "collProgress" && event.data.error) reject(event.data.error);
+  }));
+  await sw.register("/sw.js", { scope: "/" });
+  await sw.ready;
+  const message = { msg_type: "addColl", name: "exported", file: { sourceUrl: WACZ_URL } };
+  if (sw.controller) sw.controller.postMessage(message);
+  else sw.addEventListener("controllerchange", () => sw.controller.postMessage(message));
+  await added;
+  document.getElementById("replay").src = FRAME_URL;
+})().catch((error) => { document.title = "failed: " + error; });
+</script></body></html>
+"""
+
+
+def wacz_viewer_app(wacz: Path) -> web.Application:
+    """wabac.js's service worker, the viewer page and ``wacz`` (Range requests
+    answered, as ReplayWeb.page's loader asks), from one origin."""
+
+    async def page(_request: web.Request) -> web.Response:
+        html = WACZ_VIEWER.replace("WACZ_URL", '"/iana.wacz"')
+        html = html.replace("FRAME_URL", f'"/w/exported/{CAPTURED}mp_/{HOME}"')
+        return web.Response(text=html, content_type="text/html")
+
+    async def service_worker(_request: web.Request) -> web.FileResponse:
+        return web.FileResponse(
+            WABAC_INSTALL / "sw.js", headers={"Content-Type": "application/javascript"}
+        )
+
+    async def archive(_request: web.Request) -> web.FileResponse:
+        return web.FileResponse(wacz, headers={"Content-Type": "application/zip"})
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    app.router.add_get("/sw.js", service_worker)
+    app.router.add_get("/iana.wacz", archive)
+    return app
+
+
+async def test_an_export_opens_in_wabac_js_as_replayweb_page_opens_a_wacz(
+    tmp_path: Path, sample_dir: Path, browser: BrowserContext, aiohttp_server: Any
+) -> None:
+    """The file ``gateway export`` writes, given to wabac.js itself (no gateway
+    running): wabac.js reads its datapackage, index and WARC entry and replays
+    iana.org from it, styled by its archived CSS and font, with its images."""
+    if not (WABAC_INSTALL / "sw.js").is_file():
+        pytest.fail(f"{WABAC_INSTALL} has no wabac.js: run scripts/install-wabac")
+    workdir = sample_workdir(tmp_path / "work", sample_dir)
+    (workdir / ".wabac").symlink_to(WABAC_INSTALL)
+    exported = gateway(
+        ["export", "iana.org", "--match-type", "domain", "-o", "exports/iana.wacz"], workdir
+    )
+    assert exported.returncode == 0, exported.stderr
+    server = await aiohttp_server(wacz_viewer_app(workdir / "exports" / "iana.wacz"))
+    base = str(server.make_url("")).rstrip("/")
+    requested: list[str] = []
+    browser.on("request", lambda request: requested.append(request.url))
+    page = await browser.new_page()
+    await page.goto(f"{base}/")
+    replay = page.frame_locator("#replay")
+    await replay.locator("a", has_text="Root Zone Management").wait_for(timeout=WAIT_MS)
+    # wabac.js names the WACZ inside the collection: /w/exported/:{its id}/{ts}mp_/{url}
+    frame = next(f for f in page.frames if f.url.startswith(f"{base}/w/exported/"))
+    assert frame.url.endswith(f"/{CAPTURED}mp_/{HOME}"), frame.url
+    family = await frame.evaluate("getComputedStyle(document.body).fontFamily")
+    assert family.startswith('"Open Sans"'), family
+    images = await frame.evaluate(
+        "Array.from(document.images, (image) => [image.currentSrc, image.naturalWidth])"
+    )
+    assert images, "no images in the replayed page"
+    for src, width in images:
+        assert src.startswith(f"{base}/w/exported/"), src
+        assert width > 0, src
+    assert not (await page.title()).startswith("failed"), await page.title()
+    outside = [url for url in requested if not url.startswith(f"{base}/")]
+    assert outside == [], outside
