@@ -194,6 +194,23 @@ def sample_wacz(sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return build_wacz(warcs, tmp_path_factory.mktemp("wacz") / "sample.wacz")
 
 
+@pytest.fixture(scope="session")
+def exported_wacz(sample_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gateway's own export (WaczExport) of every capture of a collection made of
+    the WARCs :func:`sample_wacz` packs, indexed by ``cdxj/iana.cdxj`` and
+    ``cdxj/example.cdxj``: the lines of those files, each with the offset and
+    length of its record in the export's ``archive/data.warc.gz``. Read-only."""
+    from tests.wacz_support import export_wacz
+
+    root = tmp_path_factory.mktemp("export")
+    (root / "cdxj").mkdir()
+    for name in SAMPLE_WACZ_WARCS:
+        index = name.replace(".warc.gz", ".cdxj")
+        shutil.copy(sample_dir / "cdxj" / index, root / "cdxj" / index)
+    out = root / "exported.wacz"
+    return run_in_thread(export_wacz(root / "cdxj", sample_dir / "warcs", out))
+
+
 # -- running a server -------------------------------------------------------------
 
 

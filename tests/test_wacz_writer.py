@@ -7,10 +7,12 @@ import io
 import json
 import zipfile
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from gateway.index.wacz_writer import WaczWriter
+from tests.wacz_support import entry_data_offset
 
 
 def test_entries_written_in_pieces_read_back_with_their_hashes() -> None:
@@ -67,3 +69,30 @@ def test_a_discarded_writer_keeps_nothing() -> None:
     writer.discard()
     assert writer.pending_bytes == 0
     writer.discard()  # twice is harmless
+
+
+def test_every_entry_is_found_where_wabac_js_looks_for_it(tmp_path: Path) -> None:
+    """wabac.js (ReplayWeb.page's reader, ZipRangeReader) takes an entry's data to
+    start at ``header offset + 30 + name length`` whenever the central directory
+    gives the entry no extra field, without reading its local header; where the
+    central record has one, it reads the local header (APPNOTE 4.3.7). So an
+    entry whose local header has extra fields must have some in the central
+    directory too, or wabac.js reads the wrong bytes (found opening an export)."""
+    writer = WaczWriter(datetime(2014, 1, 26, 20, 6, 24, tzinfo=UTC))
+    path = tmp_path / "out.wacz"
+    with path.open("wb") as out:
+        writer.begin("archive/data.warc.gz")
+        writer.write(b"record")
+        writer.end()
+        writer.add("indexes/index.cdx", b"org,iana)/ 20140126200624 {}\n")
+        writer.finish({"software": "test"})
+        out.write(writer.take())
+    with zipfile.ZipFile(path) as archive:
+        infos = archive.infolist()
+    assert len(infos) == 4
+    for info in infos:
+        start, _size = entry_data_offset(path, info.filename)  # from the local header
+        if not info.extra:  # as wabac.js computes it
+            assert start == info.header_offset + 30 + len(info.filename), info.filename
+    with zipfile.ZipFile(path) as archive:
+        assert archive.read("archive/data.warc.gz") == b"record"

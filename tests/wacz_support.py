@@ -3,7 +3,9 @@
 :func:`build_wacz` runs py-wacz's own command (the ``wacz`` PyPI package) in a
 subprocess, as a user builds one; :func:`flip_byte` copies a WACZ with one
 byte of one entry's data changed (an entry of the ZIP, found by its local
-header), the damage a bad disk or a bad transfer does.
+header), the damage a bad disk or a bad transfer does. :func:`export_wacz`
+builds the other kind the suites read: the gateway's own export
+(:class:`~gateway.index.export.WaczExport`) of every capture of a collection.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import zipfile
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-__all__ = ["build_wacz", "entry_data_offset", "flip_byte", "upload"]
+__all__ = ["build_wacz", "entry_data_offset", "export_wacz", "flip_byte", "upload"]
 
 
 def build_wacz(warcs: Sequence[Path], out: Path) -> Path:
@@ -27,6 +29,41 @@ def build_wacz(warcs: Sequence[Path], out: Path) -> Path:
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, f"wacz create failed: {done.stderr}"
     assert out.is_file(), f"wacz create wrote no {out}: {done.stdout}"
+    return out
+
+
+async def export_wacz(indexes: Path, warcs: Path, out: Path) -> Path:
+    """The gateway's own export (:class:`~gateway.index.export.WaczExport`) of every
+    capture of a collection whose index is the directory of CDXJ files ``indexes``
+    and whose resource is the directory ``warcs``, written to ``out``; every
+    capture must load."""
+    from gateway.cdx.query import CaptureQuery
+    from gateway.clients import SharedClients
+    from gateway.config import parse_config
+    from gateway.index.export import WaczExport
+    from gateway.server.collection_builder import build_collections
+
+    yaml = f"collections:\n  sample:\n    index: {indexes}/\n    resource: {warcs}/\n"
+    clients = SharedClients()
+    await clients.start()
+    collection = build_collections(parse_config(yaml), clients)["sample"]
+    try:
+        everything = CaptureQuery(url="-", key="", end_key="~")
+        export = await WaczExport.start(collection, everything)
+        try:
+            with out.open("wb") as file:
+
+                async def send(data: bytes) -> None:
+                    file.write(data)
+
+                report = await export.write(send)
+        finally:
+            await export.aclose()
+    finally:
+        await collection.aclose()
+        await clients.close()
+    assert not report.skipped, report.skipped
+    assert not report.unresolved, report.unresolved
     return out
 
 

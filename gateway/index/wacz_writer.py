@@ -18,6 +18,15 @@ APPNOTE 4.3.9) and stand in the central directory, where readers (py-wacz,
 wabac.js, ``unzip``) take them from. The ``archive/`` entry is ZIP64 from
 the start, its size being unknown when its header is written; the others
 only when they need it.
+
+An entry begun ZIP64 carries its ZIP64 extra field in its local header
+only (the central directory needs one only past 4 GiB), so it also gets an
+Info-ZIP extended timestamp (extra field ``0x5455``, its modification time),
+written in both headers. wabac.js (ReplayWeb.page's reader, 2.x
+``ZipRangeReader``) takes an entry's data to start at ``local header
+offset + 30 + name length`` whenever the central directory gives the entry
+no extra field, without reading the local header; with one, it reads the
+local header's lengths, as APPNOTE 4.3.7 has readers do.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import struct
 import zipfile
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -36,6 +46,8 @@ __all__ = ["WACZ_VERSION", "WaczWriter"]
 WACZ_VERSION: Final = "1.1.1"
 DATAPACKAGE: Final = "datapackage.json"
 DATAPACKAGE_DIGEST: Final = "datapackage-digest.json"
+#: Info-ZIP's extended timestamp extra field (APPNOTE 4.6.1, ID 0x5455).
+_EXTENDED_TIMESTAMP: Final = 0x5455
 
 
 class _Sink:
@@ -100,6 +112,9 @@ class WaczWriter:
             raise ValueError(f"{path}: WACZ archive/ entries are stored, not deflated")
         info = self._info(path, deflate)
         info.file_size = size or 0
+        if size is None:  # an extra field in the central directory too (module docstring)
+            mtime = int(self.created.timestamp()) & 0xFFFFFFFF
+            info.extra = struct.pack("<HHBI", _EXTENDED_TIMESTAMP, 5, 1, mtime)
         self._entry = self._zip.open(info, "w", force_zip64=size is None)
         self._path = path
         self._hash = hashlib.sha256()

@@ -7,6 +7,11 @@ wabac.js is the install ``scripts/install-wabac`` made in the checkout's
 link to it, so the documented ``wabac_dir: ./.wabac/`` finds it. Every
 request the browser makes is recorded: none may leave the gateway.
 
+A ``gateway export`` WACZ is replayed twice: served by the gateway as a
+collection of its own, and opened by wabac.js itself as ReplayWeb.page opens
+a WACZ (an ``addColl`` of the file's URL, read with Range requests), with no
+gateway running.
+
 With ``GATEWAY_SCREENSHOT_DIR`` set, the replayed iana.org page's screenshot
 is written there as ``replay-iana.png`` (docs/img/replay-iana.png comes from
 ``GATEWAY_SCREENSHOT_DIR=docs/img .venv/bin/python -m pytest tests/e2e/test_replay_browser.py``).
@@ -19,9 +24,10 @@ import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
+from aiohttp import web
 from playwright.async_api import BrowserContext, Frame, Page, async_playwright
 
 from tests.conftest import REPO_ROOT
@@ -263,3 +269,144 @@ def test_client_side_replay_true_without_an_install_stops_start_up(
     missing = workdir / ".wabac"
     assert f"replay: wabac_dir {missing}/: no wabac.js install there (no sw.js)" in done.stderr
     assert "scripts/install-wabac" in done.stderr
+
+
+async def test_a_collection_that_is_only_an_export_replays_in_the_browser(
+    tmp_path: Path, sample_dir: Path, browser: BrowserContext
+) -> None:
+    """``gateway export`` of docs/replay.md's collection, the archive then removed,
+    and a config whose only collection is the exported WACZ: its capture of
+    iana.org replays through wabac.js styled by its archived CSS and font, with
+    its images, and a link in it leads to another page of the export."""
+    if not (WABAC_INSTALL / "sw.js").is_file():
+        pytest.fail(f"{WABAC_INSTALL} has no wabac.js: run scripts/install-wabac")
+    workdir = sample_workdir(tmp_path / "work", sample_dir)
+    (workdir / ".wabac").symlink_to(WABAC_INSTALL)
+    exported = gateway(
+        ["export", "iana.org", "--match-type", "domain", "-o", "exports/iana.wacz"], workdir
+    )
+    assert exported.returncode == 0, exported.stderr
+    shutil.rmtree(workdir / "archive")  # nothing left but the export
+    web = "  web:\n    index: ./archive/indexes/\n    resource: ./archive/warcs/\n"
+    config = documented_config()
+    assert web in config
+    (workdir / "exported.yaml").write_text(
+        config.replace(web, "  exported:\n    index: ./exports/iana.wacz\n"), encoding="utf-8"
+    )
+    server, port = serve(workdir, "--config", "exported.yaml")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        requested: list[str] = []
+        browser.on("request", lambda request: requested.append(request.url))
+        page = await browser.new_page()
+        await page.goto(f"{base}/exported/{CAPTURED}/{HOME}")
+        frame = await replay_frame(page, "Root Zone Management")
+        assert frame.url == f"{base}/exported/{CAPTURED}mp_/{HOME}"
+        family = await frame.evaluate("getComputedStyle(document.body).fontFamily")
+        assert family.startswith('"Open Sans"'), family
+        images = await frame.evaluate(
+            "Array.from(document.images, (image) => [image.currentSrc, image.naturalWidth])"
+        )
+        assert images, "no images in the replayed page"
+        for src, width in images:
+            assert src.startswith(f"{base}/exported/{CAPTURED}"), src
+            assert width > 0, src
+        assert await page.locator("#capture-time").inner_text() == "2014-01-26 20:06:24"
+
+        await frame.locator("a", has_text="Root Zone Management").click()
+        await page.wait_for_url(f"{base}/exported/20140126200912/http://www.iana.org/domains/root")
+        frame = await replay_frame(page, "Root Zone Database")
+        family = await frame.evaluate("getComputedStyle(document.body).fontFamily")
+        assert family.startswith('"Open Sans"'), family
+
+        outside = [url for url in requested if not url.startswith(f"{base}/")]
+        assert requested
+        assert outside == [], outside
+    finally:
+        server.stop()
+
+
+#: A page that opens a WACZ in wabac.js as ReplayWeb.page does (an ``addColl``
+#: message naming the file's URL), then shows a capture of it in a frame.
+WACZ_VIEWER: Final = """<!doctype html>
+<html><body><iframe id="replay" style="width:1100px;height:800px"></iframe>
+<script>
+(async () => {
+  const sw = navigator.serviceWorker;
+  const added = new Promise((resolve, reject) => sw.addEventListener("message", (event) => {
+    if (event.data.msg_type === "collAdded") resolve();
+    if (event.data.msg_type === "collProgress" && event.data.error) reject(event.data.error);
+  }));
+  await sw.register("/sw.js", { scope: "/" });
+  await sw.ready;
+  const message = { msg_type: "addColl", name: "exported", file: { sourceUrl: WACZ_URL } };
+  if (sw.controller) sw.controller.postMessage(message);
+  else sw.addEventListener("controllerchange", () => sw.controller.postMessage(message));
+  await added;
+  document.getElementById("replay").src = FRAME_URL;
+})().catch((error) => { document.title = "failed: " + error; });
+</script></body></html>
+"""
+
+
+def wacz_viewer_app(wacz: Path) -> web.Application:
+    """wabac.js's service worker, the viewer page and ``wacz`` (Range requests
+    answered, as ReplayWeb.page's loader asks), from one origin."""
+
+    async def page(_request: web.Request) -> web.Response:
+        html = WACZ_VIEWER.replace("WACZ_URL", '"/iana.wacz"')
+        html = html.replace("FRAME_URL", f'"/w/exported/{CAPTURED}mp_/{HOME}"')
+        return web.Response(text=html, content_type="text/html")
+
+    async def service_worker(_request: web.Request) -> web.FileResponse:
+        return web.FileResponse(
+            WABAC_INSTALL / "sw.js", headers={"Content-Type": "application/javascript"}
+        )
+
+    async def archive(_request: web.Request) -> web.FileResponse:
+        return web.FileResponse(wacz, headers={"Content-Type": "application/zip"})
+
+    app = web.Application()
+    app.router.add_get("/", page)
+    app.router.add_get("/sw.js", service_worker)
+    app.router.add_get("/iana.wacz", archive)
+    return app
+
+
+async def test_an_export_opens_in_wabac_js_as_replayweb_page_opens_a_wacz(
+    tmp_path: Path, sample_dir: Path, browser: BrowserContext, aiohttp_server: Any
+) -> None:
+    """The file ``gateway export`` writes, given to wabac.js itself (no gateway
+    running): wabac.js reads its datapackage, index and WARC entry and replays
+    iana.org from it, styled by its archived CSS and font, with its images."""
+    if not (WABAC_INSTALL / "sw.js").is_file():
+        pytest.fail(f"{WABAC_INSTALL} has no wabac.js: run scripts/install-wabac")
+    workdir = sample_workdir(tmp_path / "work", sample_dir)
+    (workdir / ".wabac").symlink_to(WABAC_INSTALL)
+    exported = gateway(
+        ["export", "iana.org", "--match-type", "domain", "-o", "exports/iana.wacz"], workdir
+    )
+    assert exported.returncode == 0, exported.stderr
+    server = await aiohttp_server(wacz_viewer_app(workdir / "exports" / "iana.wacz"))
+    base = str(server.make_url("")).rstrip("/")
+    requested: list[str] = []
+    browser.on("request", lambda request: requested.append(request.url))
+    page = await browser.new_page()
+    await page.goto(f"{base}/")
+    replay = page.frame_locator("#replay")
+    await replay.locator("a", has_text="Root Zone Management").wait_for(timeout=WAIT_MS)
+    # wabac.js names the WACZ inside the collection: /w/exported/:{its id}/{ts}mp_/{url}
+    frame = next(f for f in page.frames if f.url.startswith(f"{base}/w/exported/"))
+    assert frame.url.endswith(f"/{CAPTURED}mp_/{HOME}"), frame.url
+    family = await frame.evaluate("getComputedStyle(document.body).fontFamily")
+    assert family.startswith('"Open Sans"'), family
+    images = await frame.evaluate(
+        "Array.from(document.images, (image) => [image.currentSrc, image.naturalWidth])"
+    )
+    assert images, "no images in the replayed page"
+    for src, width in images:
+        assert src.startswith(f"{base}/w/exported/"), src
+        assert width > 0, src
+    assert not (await page.title()).startswith("failed"), await page.title()
+    outside = [url for url in requested if not url.startswith(f"{base}/")]
+    assert outside == [], outside

@@ -428,10 +428,12 @@ async def build_wacz(env: LoaderEnv) -> Built:
     return await _wacz_built(env, str(env.fixture("sample_wacz")))
 
 
-def _damaged_wacz(env: LoaderEnv) -> Path:
+def _damaged_wacz(env: LoaderEnv, fixture: str = "sample_wacz", entry: str = "") -> Path:
+    """A copy of the WACZ of ``fixture`` with one byte of ``entry`` (its WARC) flipped."""
+    wacz: Path = env.fixture(fixture)
     (env.tmp_path / "damaged").mkdir()
-    damaged = env.tmp_path / "damaged" / "sample.wacz"
-    return flip_byte(env.fixture("sample_wacz"), "archive/example.warc.gz", damaged)
+    damaged = env.tmp_path / "damaged" / wacz.name
+    return flip_byte(wacz, entry or "archive/example.warc.gz", damaged)
 
 
 async def broken_wacz(env: LoaderEnv) -> Built:
@@ -442,7 +444,7 @@ async def _wacz_s3(env: LoaderEnv, wacz: Path) -> str:
     s3: SeaweedFS = env.fixture("s3_env")
     prefix = f"{uuid.uuid4().hex}/"
     await upload(s3.endpoint, env.fixture("wacz_bucket"), prefix, [wacz])
-    return f"s3+{s3.endpoint}/wacz/{prefix}sample.wacz"
+    return f"s3+{s3.endpoint}/wacz/{prefix}{wacz.name}"
 
 
 async def build_wacz_s3(env: LoaderEnv) -> Built:
@@ -452,6 +454,32 @@ async def build_wacz_s3(env: LoaderEnv) -> Built:
 async def broken_wacz_s3(env: LoaderEnv) -> Built:
     path = await _wacz_s3(env, _damaged_wacz(env))
     return await _wacz_built(env, path, str(env.fixture("sample_wacz")))
+
+
+# The gateway's own export of the sample WARCs (conftest ``exported_wacz``): one
+# ``archive/data.warc.gz`` holding each record once, its index lines naming their
+# places in it. The checks are the same: each record parses whole at its line's
+# offset and length, with the WARC headers, date and payload digest of the WARC
+# it was exported from (WaczExport copies records as stored).
+_EXPORT_WARC: Final = "archive/data.warc.gz"
+
+
+async def build_wacz_export(env: LoaderEnv) -> Built:
+    return await _wacz_built(env, str(env.fixture("exported_wacz")))
+
+
+async def broken_wacz_export(env: LoaderEnv) -> Built:
+    damaged = _damaged_wacz(env, "exported_wacz", _EXPORT_WARC)
+    return await _wacz_built(env, str(damaged), str(env.fixture("exported_wacz")))
+
+
+async def build_wacz_export_s3(env: LoaderEnv) -> Built:
+    return await _wacz_built(env, await _wacz_s3(env, env.fixture("exported_wacz")))
+
+
+async def broken_wacz_export_s3(env: LoaderEnv) -> Built:
+    path = await _wacz_s3(env, _damaged_wacz(env, "exported_wacz", _EXPORT_WARC))
+    return await _wacz_built(env, path, str(env.fixture("exported_wacz")))
 
 
 #: Checks the live loader cannot satisfy, and why.
@@ -481,6 +509,8 @@ LOADER_KINDS: Final[dict[str, Kind]] = {
     # A WACZ whose WARC entry fails its datapackage digest is refused whole.
     "wacz": Kind(WaczLoader, build_wacz, broken_wacz, ArchiveRefused),
     "wacz-s3": Kind(WaczLoader, build_wacz_s3, broken_wacz_s3, ArchiveRefused),
+    "wacz-export": Kind(WaczLoader, build_wacz_export, broken_wacz_export, ArchiveRefused),
+    "wacz-export-s3": Kind(WaczLoader, build_wacz_export_s3, broken_wacz_export_s3, ArchiveRefused),
 }
 
 

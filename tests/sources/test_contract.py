@@ -482,36 +482,62 @@ async def broken_memento(env: ContractEnv) -> IndexSource:
     return MementoSource.from_config(config, name=NAME, clients=env.clients)
 
 
-#: Checks a Memento archive cannot satisfy, and why (tests/sources/test_memento_api.py
-#: checks its answers, order included, against archives and real pywb).
+async def _wacz(env: ContractEnv, path: Path | str) -> IndexSource:
+    config = WaczSourceConfig(path=str(path))
+    return WaczSource.from_config(config, name=NAME, clients=env.clients)
+
+
 async def build_wacz(env: ContractEnv) -> IndexSource:
     # py-wacz's index of the two WARCs is the two files' lines (digests spelled sha1:...).
-    config = WaczSourceConfig(path=str(env.fixture("sample_wacz")))
-    return WaczSource.from_config(config, name=NAME, clients=env.clients)
+    return await _wacz(env, env.fixture("sample_wacz"))
 
 
 async def broken_wacz(env: ContractEnv) -> IndexSource:
     damaged = flip_byte(env.fixture("sample_wacz"), "archive/iana.warc.gz", env.tmp_path / "x.wacz")
-    config = WaczSourceConfig(path=str(damaged))
-    return WaczSource.from_config(config, name=NAME, clients=env.clients)
+    return await _wacz(env, damaged)
 
 
-async def _wacz_on_s3(env: ContractEnv, files: list[Path]) -> IndexSource:
+async def _wacz_on_s3(env: ContractEnv, wacz: Path, files: list[Path]) -> IndexSource:
+    """``wacz`` read in place from SeaweedFS (nothing uploaded when ``files`` is empty)."""
     s3 = env.fixture("s3_env")
     prefix = f"{uuid.uuid4().hex}/"
     await upload(s3.endpoint, env.fixture("wacz_bucket"), prefix, files)
-    path = f"s3+{s3.endpoint}/wacz/{prefix}sample.wacz"
-    return WaczSource.from_config(WaczSourceConfig(path=path), name=NAME, clients=env.clients)
+    return await _wacz(env, f"s3+{s3.endpoint}/wacz/{prefix}{wacz.name}")
 
 
 async def build_wacz_s3(env: ContractEnv) -> IndexSource:
-    return await _wacz_on_s3(env, [env.fixture("sample_wacz")])
+    return await _wacz_on_s3(env, env.fixture("sample_wacz"), [env.fixture("sample_wacz")])
 
 
 async def broken_wacz_s3(env: ContractEnv) -> IndexSource:
-    return await _wacz_on_s3(env, [])  # no such object
+    return await _wacz_on_s3(env, env.fixture("sample_wacz"), [])  # no such object
 
 
+# The gateway's own export of the collection made of the two files and their WARCs
+# (conftest ``exported_wacz``): its index is the two files' lines, each naming its
+# record's place in the export (data.warc.gz, offset, length) instead of the WARC's.
+# The checks compare captures (urlkey, timestamp, url, digest), not places, so the
+# export must answer exactly as the files do; the loader suite checks the places.
+async def build_wacz_export(env: ContractEnv) -> IndexSource:
+    return await _wacz(env, env.fixture("exported_wacz"))
+
+
+async def broken_wacz_export(env: ContractEnv) -> IndexSource:
+    exported = env.fixture("exported_wacz")
+    damaged = flip_byte(exported, "archive/data.warc.gz", env.tmp_path / exported.name)
+    return await _wacz(env, damaged)
+
+
+async def build_wacz_export_s3(env: ContractEnv) -> IndexSource:
+    return await _wacz_on_s3(env, env.fixture("exported_wacz"), [env.fixture("exported_wacz")])
+
+
+async def broken_wacz_export_s3(env: ContractEnv) -> IndexSource:
+    return await _wacz_on_s3(env, env.fixture("exported_wacz"), [])  # no such object
+
+
+#: Checks a Memento archive cannot satisfy, and why (tests/sources/test_memento_api.py
+#: checks its answers, order included, against archives and real pywb).
 MEMENTO_CANNOT: Final = {
     "captures": "Memento answers one URL's TimeMap (no prefix/host/domain) and carries no digest",
     "order": "an answer holds one URL's captures, at most 16 here, fewer than the check needs",
@@ -534,6 +560,8 @@ CONTRACT_KINDS: Final[dict[str, Kind]] = {
     "zipnum": Kind("zipnum", build_zipnum, broken_zipnum, SourceUnavailable),
     "wacz": Kind("wacz", build_wacz, broken_wacz, SourceUnavailable),
     "wacz-s3": Kind("wacz", build_wacz_s3, broken_wacz_s3, SourceUnavailable),
+    "wacz-export": Kind("wacz", build_wacz_export, broken_wacz_export, SourceUnavailable),
+    "wacz-export-s3": Kind("wacz", build_wacz_export_s3, broken_wacz_export_s3, SourceUnavailable),
     "zipnum-built": Kind("zipnum", build_zipnum_built, broken_zipnum_built, SourceUnavailable),
     "zipnum-s3": Kind("zipnum", build_zipnum_s3, broken_zipnum_s3, SourceUnavailable),
     "zipnum-http": Kind("zipnum", build_zipnum_http, broken_zipnum_http, SourceUnavailable),
