@@ -25,7 +25,10 @@ of the range's common prefix, and those inside the range) and remembered by
 the rule set for the next lookups of that range (:data:`RANGES_CACHED`); a
 capture then costs a dictionary lookup for exact rules and a search among the
 rules inside the range only when there are some. Consecutive captures of one
-urlkey reuse its rule.
+urlkey reuse its rule. A range with one access for every capture (the usual
+case: no rule inside it, nothing timed) is decided once: its gate is kept by
+the policy for the next lookups of the range, and costs a capture a count
+and its ``access``.
 
 The user of per-user rules is :data:`ACL_USER` (a context variable the API
 sets from the header the operator names, ``access.user_header``).
@@ -96,6 +99,11 @@ class AccessPolicy:
         self._signature = signature
         self._checked_at = 0.0
         self._reloading: asyncio.Task[None] | None = None
+        #: The gates of ranges with one access (:attr:`AccessGate.constant`), by
+        #: range and user: they hold no state of their lookup, so the next lookup
+        #: of the range takes the gate as it is (for :attr:`_shared_for`'s rules).
+        self._shared: dict[tuple[str, str, str | None], Callable[[CdxRecord], bool]] = {}
+        self._shared_for = rules
 
     @classmethod
     def load(cls, config: AccessConfig) -> AccessPolicy:
@@ -111,7 +119,21 @@ class AccessPolicy:
         and reloads them in a thread when changed."""
         if self.config.acl_paths:
             self._maybe_reload()
-        return AccessGate(self, key, end_key, ACL_USER.get(), None).keep
+        user = ACL_USER.get()
+        rules = self.rules
+        if rules is not self._shared_for:  # reloaded: the gates of the old rules go
+            self._shared.clear()
+            self._shared_for = rules
+        shared = self._shared.get((key, end_key, user))
+        if shared is not None:
+            return shared
+        gate = AccessGate(self, key, end_key, user, None)
+        keep = gate.keep
+        if gate.constant and not rules.windowed:
+            if len(self._shared) >= RANGES_CACHED:
+                self._shared.clear()
+            self._shared[(key, end_key, user)] = keep
+        return keep
 
     def allows_now(self, urlkey: str) -> bool:
         """Whether a capture of ``urlkey`` made now is served to the current user
@@ -270,6 +292,12 @@ class AccessGate:
             if rule is not None:
                 return rule
         return self._cover
+
+    @property
+    def constant(self) -> bool:
+        """Whether every capture of the range gets one access, whatever its time
+        (no rule inside the range, neither the covering rule nor an embargo timed)."""
+        return self._constant is not None
 
     @property
     def keep(self) -> Callable[[CdxRecord], bool]:
