@@ -30,7 +30,14 @@ from pathlib import Path
 
 from bench.bench_gateway import gateway_yaml, rows
 from bench.bench_instructions import _instructions_per_request
-from bench.harness import machine, markdown_table, print_machine, start_gateway
+from bench.harness import (
+    Server,
+    http_get,
+    machine,
+    markdown_table,
+    print_machine,
+    start_gateway,
+)
 from bench.workloads import Row, check_answers
 from gateway.access.rules import read_rule_files
 
@@ -91,11 +98,25 @@ def measure(
         found = {}
         for row in workload:
             check_answers([server], row)
+            check_gated(server, row, gated=name == "acl")
             found[row.name] = _instructions_per_request(server, row, work, requests, connections)
             print(f"# {name}: {row.name}: {found[row.name]:,.1f}k instructions/request", flush=True)
         return found
     finally:
         server.stop()
+
+
+def check_gated(server: Server, row: Row, *, gated: bool) -> None:
+    """Raise RuntimeError unless the index lines of ``row`` carry ``access`` exactly
+    when the gateway has rules: a config that puts ``acl_paths`` under another
+    collection than the one asked would measure nothing."""
+    for path in row.paths:
+        if "/index?" not in path:
+            continue
+        answer = http_get(server.port, path)
+        assert answer is not None  # check_answers saw it answer
+        if (b'"access": ' in answer[1]) != gated:
+            raise RuntimeError(f"{server.name} {path}: access field expected {gated}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         acl = write_rules(work / "rules.aclj", args.rules)
         configs = {
             "none": gateway_yaml(),
-            f"{args.rules:,} rules": gateway_yaml() + f"    acl_paths: {acl}\n",
+            f"{args.rules:,} rules": gateway_yaml(f"    acl_paths: {acl}\n"),
         }
         found: dict[str, dict[str, float]] = {}
         for label, yaml in configs.items():

@@ -95,10 +95,12 @@ def rows() -> list[Row]:
     ]
 
 
-def gateway_yaml() -> str:
+def gateway_yaml(settings: str = "") -> str:
+    """The gateway's config: ``COLL`` and ``ZIPNUM_COLL``, each with ``settings``
+    (lines of collection settings indented by four spaces, such as ``acl_paths``)."""
     return (
-        f"collections:\n  {COLL}:\n    index: {IANA_CDXJ}\n    resource: {WARCS}/\n"
-        f"  {ZIPNUM_COLL}:\n    index: {iana_cluster()}\n    resource: {WARCS}/\n"
+        f"collections:\n  {COLL}:\n    index: {IANA_CDXJ}\n    resource: {WARCS}/\n{settings}"
+        f"  {ZIPNUM_COLL}:\n    index: {iana_cluster()}\n    resource: {WARCS}/\n{settings}"
     )
 
 

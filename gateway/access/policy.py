@@ -25,7 +25,10 @@ of the range's common prefix, and those inside the range) and remembered by
 the rule set for the next lookups of that range (:data:`RANGES_CACHED`); a
 capture then costs a dictionary lookup for exact rules and a search among the
 rules inside the range only when there are some. Consecutive captures of one
-urlkey reuse its rule.
+urlkey reuse its rule. A range with one access for every capture (the usual
+case: no rule inside it, nothing timed) is decided once: its gate is kept by
+the policy for the next lookups of the range, and costs a capture a count
+and its ``access``.
 
 The user of per-user rules is :data:`ACL_USER` (a context variable the API
 sets from the header the operator names, ``access.user_header``).
@@ -37,6 +40,7 @@ import asyncio
 import bisect
 import logging
 import os
+from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Final
@@ -95,6 +99,11 @@ class AccessPolicy:
         self._signature = signature
         self._checked_at = 0.0
         self._reloading: asyncio.Task[None] | None = None
+        #: The gates of ranges with one access (:attr:`AccessGate.constant`), by
+        #: range and user: they hold no state of their lookup, so the next lookup
+        #: of the range takes the gate as it is (for :attr:`_shared_for`'s rules).
+        self._shared: dict[tuple[str, str, str | None], Callable[[CdxRecord], bool]] = {}
+        self._shared_for = rules
 
     @classmethod
     def load(cls, config: AccessConfig) -> AccessPolicy:
@@ -103,13 +112,28 @@ class AccessPolicy:
         return cls(config, read_rule_files(config.acl_paths), signature)
 
     # ------------------------------------------------------------------ lookups
-    def gate(self, key: str, end_key: str) -> AccessGate:
+    def gate(self, key: str, end_key: str) -> Callable[[CdxRecord], bool]:
         """The gate for one lookup of the urlkey range ``[key, end_key)``, for the
-        current user (:data:`ACL_USER`) at the current time. Looks at the rule
-        files at most once a second and reloads them in a thread when changed."""
+        current user (:data:`ACL_USER`) at the current time
+        (:attr:`AccessGate.keep`). Looks at the rule files at most once a second
+        and reloads them in a thread when changed."""
         if self.config.acl_paths:
             self._maybe_reload()
-        return AccessGate(self, key, end_key, ACL_USER.get(), None)
+        user = ACL_USER.get()
+        rules = self.rules
+        if rules is not self._shared_for:  # reloaded: the gates of the old rules go
+            self._shared.clear()
+            self._shared_for = rules
+        shared = self._shared.get((key, end_key, user))
+        if shared is not None:
+            return shared
+        gate = AccessGate(self, key, end_key, user, None)
+        keep = gate.keep
+        if gate.constant and not rules.windowed:
+            if len(self._shared) >= RANGES_CACHED:
+                self._shared.clear()
+            self._shared[(key, end_key, user)] = keep
+        return keep
 
     def allows_now(self, urlkey: str) -> bool:
         """Whether a capture of ``urlkey`` made now is served to the current user
@@ -189,8 +213,9 @@ def _signature(paths: tuple[str, ...]) -> object:
 class AccessGate:
     """The decision for the captures of one lookup (see the module docstring).
 
-    Called with each capture: False drops it (``exclude``); otherwise it is
-    annotated and kept. Consecutive captures of one urlkey reuse its rule.
+    :attr:`keep` is called with each capture: False drops it (``exclude``);
+    otherwise it is annotated and kept. Consecutive captures of one urlkey
+    reuse its rule.
     """
 
     __slots__ = (
@@ -202,6 +227,7 @@ class AccessGate:
         "_fixed",
         "_inner",
         "_last_key",
+        "_listed",
         "_now",
         "_now_ts",
         "_policy",
@@ -249,6 +275,7 @@ class AccessGate:
         if not exact_inside and lo >= hi and not timed:
             self._constant = self.access_of(cover, "")
             self._rule = cover
+        self._listed = self._constant or ""
 
     def rule_for(self, urlkey: str) -> Rule | None:
         """The rule deciding for ``urlkey`` in this lookup's range (None: the default)."""
@@ -266,12 +293,41 @@ class AccessGate:
                 return rule
         return self._cover
 
-    def __call__(self, record: CdxRecord) -> bool:
+    @property
+    def constant(self) -> bool:
+        """Whether every capture of the range gets one access, whatever its time
+        (no rule inside the range, neither the covering rule nor an embargo timed)."""
+        return self._constant is not None
+
+    @property
+    def keep(self) -> Callable[[CdxRecord], bool]:
+        """The gate as a function of one capture: False drops it; otherwise it is
+        annotated and kept. One access for the whole range without a message to
+        add costs a count and the ``access`` slot per capture (a bound method:
+        no per-capture branch on the range's kind)."""
         constant = self._constant
-        if constant is not None:
+        if constant is None:
+            return self._keep_decided
+        if constant == "exclude":
+            return self._drop
+        if constant == "block" and _message_of(self._rule) is not None:
+            return self._keep_decided
+        return self._keep_constant
+
+    def _keep_constant(self, record: CdxRecord) -> bool:
+        access = self._listed
+        self._decisions[access] += 1
+        record.set_access(access)
+        return True
+
+    def _drop(self, record: CdxRecord) -> bool:
+        self._decisions["exclude"] += 1
+        return False
+
+    def _keep_decided(self, record: CdxRecord) -> bool:
+        constant = self._constant
+        if constant is not None:  # a block with its rule's message
             self._decisions[constant] += 1
-            if constant == "exclude":
-                return False
             record.set_access(constant)
             if constant == "block":
                 self._add_message(record, self._rule)
@@ -295,8 +351,9 @@ class AccessGate:
     @staticmethod
     def _add_message(record: CdxRecord, rule: Rule | None) -> None:
         """A blocked capture's public message: its rule's, when the rule blocked it."""
-        if rule is not None and rule.message and rule.access == "block":
-            record.fields[MESSAGE_FIELD] = rule.message
+        message = _message_of(rule)
+        if message is not None:
+            record.fields[MESSAGE_FIELD] = message
 
     def access_of(self, rule: Rule | None, timestamp: str) -> str:
         """``allow``, ``block`` or ``exclude`` for a capture of ``timestamp`` under ``rule``."""
@@ -345,6 +402,13 @@ class AccessGate:
         assert embargo.period is not None
         threshold = self._threshold(embargo.period)
         return ts > threshold if embargo.kind == "newer" else ts < threshold
+
+
+def _message_of(rule: Rule | None) -> str | None:
+    """The message a capture blocked under ``rule`` carries (None: the generic one)."""
+    if rule is not None and rule.message and rule.access == "block":
+        return rule.message
+    return None
 
 
 def _range_rules(

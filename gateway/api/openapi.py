@@ -23,6 +23,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from gateway.api.client_replay import OPENAPI_PATHS as REPLAY_PATHS
+from gateway.api.openapi_auth import SECURITY_SCHEMES, add_bearer
 
 __all__ = ["openapi_document", "openapi_handler"]
 
@@ -523,6 +524,7 @@ def _paths() -> dict[str, dict[str, Any]]:
 @functools.cache
 def _document() -> dict[str, Any]:
     paths = _paths()
+    add_bearer(paths)  # the optional token (gateway.api.openapi_auth)
     for operations in paths.values():
         if "get" in operations:
             head = copy.deepcopy(operations["get"])
@@ -550,6 +552,7 @@ def _document() -> dict[str, Any]:
         ],
         "paths": paths,
         "components": {
+            "securitySchemes": SECURITY_SCHEMES,
             "parameters": _PARAMETERS,
             "schemas": {
                 "Error": {

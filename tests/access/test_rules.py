@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from gateway.access.policy import AccessPolicy
 from gateway.access.rules import AclFileError, RuleSet, parse_rule_line, read_rule_files
 from gateway.access.settings import AccessConfig, Embargo
 from gateway.access.timeutil import Period
+from gateway.cdx.cdxj import CdxRecord
 from tests.access.acl_oracle import OracleRule, decide
 
 NOW = datetime(2026, 11, 28, tzinfo=UTC)
@@ -46,6 +48,25 @@ def test_the_manual_example_decides_as_the_manual_says(tmp_path: Path) -> None:
     }
     for urlkey, access in cases.items():
         assert policy.decide(urlkey, "20200101000000", None, NOW).access == access, urlkey
+
+
+async def test_a_range_decided_once_is_decided_again_after_a_reload(tmp_path: Path) -> None:
+    policy = _policy('com,example)/ - {"access": "allow"}\n', tmp_path)
+    line = 'com,example)/ 20140127171200 {"url": "http://example.com/"}'
+    gate = policy.gate("com,example)/", "com,example)/!")
+    record = CdxRecord.parse(line)
+    assert gate(record)
+    assert record.to_cdxj().endswith('"access": "allow"}\n')
+    assert policy.gate("com,example)/", "com,example)/!") is gate  # kept for the range
+    assert policy.gate("com,example)/", "com,example)/!") is not policy.gate("com,", "com-")
+    (tmp_path / "rules.aclj").write_text('com,example)/ - {"access": "exclude"}\n')
+    for _ in range(200):  # the files are looked at once a second, reloaded in a thread
+        await asyncio.sleep(0.05)
+        if not policy.gate("com,example)/", "com,example)/!")(CdxRecord.parse(line)):
+            break
+    else:
+        raise AssertionError("the exclude rule was not in force after 10 s")
+    assert policy.decisions["exclude"] == 1  # and one allow per lookup before the reload
 
 
 def test_exact_rules_apply_to_their_key_only_and_win_over_prefixes(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
+from gateway.access.tokens import token_sha256
 from gateway.api.openapi import openapi_document
 from gateway.config import parse_config
 from gateway.server.app import create_app
@@ -93,3 +94,43 @@ async def test_error_answers_match_the_error_schema(
         assert resp.status == status, target
         assert str(status) in document["paths"][path][method]["responses"], (path, status)
         error.validate(await resp.json())
+
+
+async def test_token_refusals_are_described_where_a_token_can_be_required(
+    make_client: MakeClient, sample_yaml: str
+) -> None:
+    document = openapi_document()
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    paths = document["paths"]
+    assert paths["/{coll}/resource"]["post"]["security"] == [{}, {"bearer": ["record"]}]
+    assert paths["/{coll}/{url}"]["head"]["security"] == [{}, {"bearer": ["record"]}]
+    for path in ("/", "/_health", "/_ready", "/openapi.json", "/_wabac/{name}"):
+        assert "security" not in paths[path]["get"], path  # always open
+    record, admin = "record-token-0123456789", "admin-token-0123456789ab"
+    auth = f"""
+auth:
+  tokens:
+    - {{sha256: {token_sha256(record)}, scopes: [record]}}
+    - {{sha256: {token_sha256(admin)}, scopes: [admin]}}
+  require:
+    admin: [/_jobs, /_status, /metrics]
+"""
+    client = await make_client(sample_yaml + auth)
+    error = Draft202012Validator(document["components"]["schemas"]["Error"])
+    refusals = [
+        ("/_jobs", {}, 401),
+        ("/_status", {"Authorization": "Bearer not-a-token-of-this-gateway"}, 401),
+        ("/metrics", {"Authorization": f"Bearer {record}"}, 403),
+        ("/_jobs", {"Authorization": "Bearer"}, 400),
+    ]
+    for path, headers, status in refusals:
+        resp = await client.get(path, headers=headers)
+        assert resp.status == status, path
+        operation = paths[path]["get"]
+        assert operation["security"] == [{}, {"bearer": ["admin"]}]
+        assert "WWW-Authenticate" in operation["responses"][str(status)]["headers"]
+        assert resp.headers["WWW-Authenticate"].startswith("Bearer realm=")
+        error.validate(await resp.json())
+    resp = await client.get("/metrics", headers={"Authorization": f"Bearer {admin}"})
+    assert resp.status == 200  # the requirement is met: the answer the document describes
+    assert "200" in paths["/metrics"]["get"]["responses"]
