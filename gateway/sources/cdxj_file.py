@@ -81,6 +81,13 @@ _RACY_NS: Final = 2_000_000_000
 STAT_INTERVAL_S: Final = 1.0
 
 
+def check_stat_interval(seconds: float) -> None:
+    """Raise :class:`ValueError` unless ``seconds`` (a source's ``stat_interval_s``:
+    how often a lookup asks ``os.stat`` whether its files changed) is 0 to 3600."""
+    if not 0 <= seconds <= 3600:
+        raise ValueError(f"stat_interval_s {seconds!r}: expected 0 to 3600 seconds")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FileSourceConfig:
     """A local CDXJ/CDX index file or a directory of them.
@@ -100,10 +107,7 @@ class FileSourceConfig:
         if not self.path:
             raise ValueError("empty index path; expected a CDXJ/CDX file or directory path")
         object.__setattr__(self, "path", absolute_path(self.path))
-        if not 0 <= self.stat_interval_s <= 3600:
-            raise ValueError(
-                f"stat_interval_s {self.stat_interval_s!r}: expected 0 to 3600 seconds"
-            )
+        check_stat_interval(self.stat_interval_s)
 
     @classmethod
     def from_shorthand(cls, text: str) -> Self:

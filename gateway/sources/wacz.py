@@ -51,6 +51,7 @@ from gateway.loaders.warc_sources import Location
 from gateway.missing_dirs import ensure_directory
 from gateway.paths import absolute_path
 from gateway.sources.base import IndexSource, Page, SourceConfig
+from gateway.sources.cdxj_file import STAT_INTERVAL_S, check_stat_interval
 from gateway.sources.cdxj_scan import encode_key
 from gateway.sources.wacz_index import WaczIndex, load_index, read_pages
 
@@ -77,7 +78,7 @@ class WaczSourceConfig:
     """
 
     path: str
-    stat_interval_s: float = 1.0
+    stat_interval_s: float = STAT_INTERVAL_S
     verify: bool = True
 
     def __post_init__(self) -> None:
@@ -85,10 +86,7 @@ class WaczSourceConfig:
             raise ValueError("empty WACZ path; expected a .wacz file, a directory or a URL")
         if not self.path.startswith(_REMOTE):
             object.__setattr__(self, "path", absolute_path(self.path))
-        if not 0 <= self.stat_interval_s <= 3600:
-            raise ValueError(
-                f"stat_interval_s {self.stat_interval_s!r}: expected 0 to 3600 seconds"
-            )
+        check_stat_interval(self.stat_interval_s)
 
     @classmethod
     def from_shorthand(cls, text: str) -> Self:

@@ -58,7 +58,7 @@ from gateway.errors import SourceBadAnswer, SourceUnavailable
 from gateway.loaders.base import ResourceLoader
 from gateway.paths import absolute_path
 from gateway.sources.base import IndexSource, SourceConfig
-from gateway.sources.cdxj_file import STAT_INTERVAL_S
+from gateway.sources.cdxj_file import STAT_INTERVAL_S, check_stat_interval
 from gateway.sources.cdxj_scan import (
     CDX_HEADERS,
     Handle,
@@ -110,10 +110,7 @@ class ZipNumSourceConfig:
             raise ValueError(f"max_blocks {self.max_blocks}: expected at least 1")
         if self.cache_bytes < 0:
             raise ValueError(f"cache_bytes {self.cache_bytes}: expected 0 or more")
-        if not 0 <= self.stat_interval_s <= 3600:
-            raise ValueError(
-                f"stat_interval_s {self.stat_interval_s!r}: expected 0 to 3600 seconds"
-            )
+        check_stat_interval(self.stat_interval_s)
         object.__setattr__(self, "path", absolute_path(self.path))
         if self.loc:
             object.__setattr__(self, "loc", absolute_path(self.loc))
