@@ -518,3 +518,27 @@ def s3_env(seaweedfs: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> SeaweedFS:
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return seaweedfs
+
+
+# -- Chromium (scripts/install-browser) ---------------------------------------------
+#: Debian's Chromium, and the flags this machine's closed network needs (no
+#: background connections, no QUIC), as the browser tests start it headless.
+CHROMIUM: Final = "/usr/bin/chromium"
+CHROMIUM_ARGS: Final = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+@pytest.fixture
+def chromium() -> str:
+    """The path of Debian's Chromium, checked to exist."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-browser (scripts/test does)")
+    return CHROMIUM

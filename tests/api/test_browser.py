@@ -25,17 +25,8 @@ from playwright.async_api import BrowserContext, async_playwright
 
 from gateway.config import parse_config
 from gateway.server.app import create_app
+from tests.conftest import CHROMIUM_ARGS
 
-CHROMIUM: Final = "/usr/bin/chromium"
-CHROMIUM_ARGS: Final = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
 PRINT_CSS: Final = "http://www.iana.org/_css/2013.1/print.css"
 
 
@@ -51,14 +42,6 @@ async def gateway(sample_yaml: str) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{runner.addresses[0][1]}"
     finally:
         await runner.cleanup()
-
-
-@pytest.fixture
-def chromium() -> str:
-    """The path of Debian's Chromium, checked to exist."""
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-browser (scripts/test does)")
-    return CHROMIUM
 
 
 @pytest.fixture

@@ -30,20 +30,9 @@ import pytest
 from aiohttp import web
 from playwright.async_api import BrowserContext, Frame, Page, async_playwright
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import CHROMIUM_ARGS, REPO_ROOT
 from tests.e2e.support import gateway, get, serve
 
-CHROMIUM: Final = "/usr/bin/chromium"
-CHROMIUM_ARGS: Final = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
 WABAC_INSTALL: Final = REPO_ROOT / ".wabac"
 HOME: Final = "http://www.iana.org/"
 CAPTURED: Final = "20140126200624"
@@ -89,14 +78,6 @@ def replaying(tmp_path: Path, sample_dir: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
-
-
-@pytest.fixture
-def chromium() -> str:
-    """The path of Debian's Chromium, checked to exist."""
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/install-browser (scripts/test does)")
-    return CHROMIUM
 
 
 @pytest.fixture
