@@ -62,11 +62,10 @@ collections:
 """
 
 
-@pytest.fixture
-async def recorder(tmp_path: Path) -> AsyncIterator[str]:
-    """Worker 0 of two, serving on a Unix socket; yields the socket's path."""
-    path = str(tmp_path / "recorder.sock")
-    app = create_app(parse_config(_config(tmp_path / "store")), recorder=RecorderLink(path, 0))
+async def serve_recorder(config: str, path: str) -> AsyncIterator[str]:
+    """Worker 0 of two with ``config``, serving on the Unix socket ``path``; yields
+    ``path`` (the body of a ``recorder`` fixture)."""
+    app = create_app(parse_config(config), recorder=RecorderLink(path, 0))
     runner = web.AppRunner(app)
     await runner.setup()
     await web.UnixSite(runner, path).start()
@@ -79,15 +78,28 @@ async def recorder(tmp_path: Path) -> AsyncIterator[str]:
 MakeWorker = Callable[[str], Awaitable[Client]]
 
 
+def worker_maker(aiohttp_client: Callable[..., Awaitable[Client]], config: str) -> MakeWorker:
+    """``await make(socket_path)``: worker 1 of two with ``config``, forwarding to that socket."""
+
+    async def make(path: str) -> Client:
+        return await aiohttp_client(
+            create_app(parse_config(config), recorder=RecorderLink(path, 1))
+        )
+
+    return make
+
+
+@pytest.fixture
+async def recorder(tmp_path: Path) -> AsyncIterator[str]:
+    """Worker 0 of two, serving on a Unix socket; yields the socket's path."""
+    async for path in serve_recorder(_config(tmp_path / "store"), str(tmp_path / "recorder.sock")):
+        yield path
+
+
 @pytest.fixture
 def worker(aiohttp_client: Callable[..., Awaitable[Client]], tmp_path: Path) -> MakeWorker:
     """``await worker(socket_path)``: worker 1 of two, forwarding to that socket."""
-
-    async def make(path: str) -> Client:
-        config = parse_config(_config(tmp_path / "store"))
-        return await aiohttp_client(create_app(config, recorder=RecorderLink(path, 1)))
-
-    return make
+    return worker_maker(aiohttp_client, _config(tmp_path / "store"))
 
 
 async def _stored(client: Client, url: str, expected: int) -> list[dict[str, str]]:

@@ -19,9 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.access.tokens import token_sha256
-from gateway.config import parse_config
-from gateway.server.app import create_app
-from gateway.server.recorder_link import RecorderLink
+from tests.test_recorder_link import MakeWorker, serve_recorder, worker_maker
 
 Client = TestClient[web.Request, web.Application]
 
@@ -67,29 +65,14 @@ collections:
 @pytest.fixture
 async def recorder(tmp_path: Path) -> AsyncIterator[str]:
     """Worker 0 of two, serving on a Unix socket; yields the socket's path."""
-    path = str(tmp_path / "recorder.sock")
-    app = create_app(parse_config(_config(tmp_path / "store")), recorder=RecorderLink(path, 0))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.UnixSite(runner, path).start()
-    try:
+    async for path in serve_recorder(_config(tmp_path / "store"), str(tmp_path / "recorder.sock")):
         yield path
-    finally:
-        await runner.cleanup()
-
-
-MakeWorker = Callable[[str], Awaitable[Client]]
 
 
 @pytest.fixture
 def worker(aiohttp_client: Callable[..., Awaitable[Client]], tmp_path: Path) -> MakeWorker:
     """``await worker(socket_path)``: worker 1 of two, forwarding to that socket."""
-
-    async def make(path: str) -> Client:
-        config = parse_config(_config(tmp_path / "store"))
-        return await aiohttp_client(create_app(config, recorder=RecorderLink(path, 1)))
-
-    return make
+    return worker_maker(aiohttp_client, _config(tmp_path / "store"))
 
 
 async def test_the_check_comes_before_the_forward(
