@@ -200,7 +200,11 @@ class SeaweedFS:
             "-master.volumeSizeLimitMB=256",
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={p['volume_grpc']}",
-            "-volume.max=64",
+            # Each bucket is a collection that grows by 7 volumes on its first
+            # write; 64 volumes ran out at the session's 10th bucket ("Not enough
+            # data nodes found!", every PUT an HTTP 500). Volumes are created
+            # empty and grow with what is written.
+            "-volume.max=1000",
             "-filer",
             f"-filer.port={p['filer']}",
             f"-filer.port.grpc={p['filer_grpc']}",
