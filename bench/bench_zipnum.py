@@ -20,7 +20,9 @@ For a cluster of ``--lines`` synthetic captures it
    ``closest`` (the exact range; the aggregator orders it), giving
    p50/p99 latency and the range reads (``pread`` or range request) per
    lookup, from local disk and, with ``--s3``, from a SeaweedFS started
-   here (``gateway zipnum build --s3``);
+   here (``gateway zipnum build --s3``; with ``--s3-upload``, the local
+   cluster's shards are uploaded instead of building a second time, which
+   serves the same blocks and saves the second build at 100M lines);
 4. with ``--callgrind``, serves the local cluster with ``gateway serve``
    and pywb 2.10 under ``valgrind --tool=callgrind`` and counts
    instructions per request for the three rows (as
@@ -41,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -119,6 +121,48 @@ def build(cdxj: Path, out_dir: Path, s3: str | None = None) -> tuple[float, floa
     if process.returncode:
         raise subprocess.CalledProcessError(process.returncode, argv)
     return wall, usage.ru_maxrss / 1024
+
+
+def upload(local: Path, target: Path, location_base: str) -> None:
+    """Copy the cluster in ``local`` to ``target`` with its shards on S3:
+    the same summary, each shard uploaded under ``location_base`` (an
+    ``s3+http://HOST:PORT/BUCKET/PREFIX/`` as ``gateway zipnum build --s3``
+    takes), and a location file naming the uploads."""
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "cluster.idx").write_bytes((local / "cluster.idx").read_bytes())
+    shards = []
+    for line in (local / "cluster.loc").read_text().splitlines():
+        part, where = line.split("\t")
+        digest = hashlib.sha256()
+        with (local / where).open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        shards.append((part, where, local / where, digest.hexdigest()))
+    asyncio.run(_put_shards(shards, location_base))
+    loc = "".join(f"{part}\t{location_base}{where}\n" for part, where, _, _ in shards)
+    (target / "cluster.loc").write_text(loc)
+
+
+async def _put_shards(shards: Sequence[tuple[str, str, Path, str]], location_base: str) -> None:
+    from gateway.storage.s3 import S3Storage
+    from gateway.storage.s3_config import S3StorageConfig
+
+    host, _, path = location_base.partition("://")[2].partition("/")
+    bucket, _, prefix = path.partition("/")
+    config = S3StorageConfig(bucket=bucket, prefix=prefix, endpoint=f"http://{host}")
+    storage = await S3Storage.open("zipnum-bench", config)
+    try:
+        for _, where, shard, digest in shards:
+
+            async def chunks(shard: Path = shard) -> AsyncIterator[bytes]:
+                with shard.open("rb") as fh:
+                    while chunk := fh.read(1 << 20):
+                        yield chunk
+
+            size = shard.stat().st_size
+            await storage.put(where, chunks(), size=size, sha256=digest)
+    finally:
+        await storage.close()
 
 
 async def lookups(summary: Path, urls: Sequence[tuple[str, str, str]]) -> dict[str, str]:
@@ -206,6 +250,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--work", type=Path, required=True, help="kept between runs")
     parser.add_argument("--s3", action="store_true", help="also build onto and read from S3")
+    parser.add_argument(
+        "--s3-upload", action="store_true", help="with --s3: upload the local shards, no rebuild"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="serve the cluster already in --work, no rebuild"
+    )
     parser.add_argument("--callgrind", action="store_true", help="instructions per request")
     parser.add_argument("--requests", type=int, default=300, help="callgrind requests per row")
     args = parser.parse_args(argv)
@@ -217,13 +267,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [line.split("\t") for line in cdxj.with_suffix(".urls").read_text().splitlines()]
     urls = [(u, w, h) for u, w, h in rows][:_LOOKUPS]
     local = args.work / "cluster"
-    wall, peak = build(cdxj, local)
     summary = local / "cluster.idx"
+    if not (args.reuse and summary.exists()):
+        wall, peak = build(cdxj, local)
+        print(f"| build | {wall:,.0f} s wall, peak RSS {peak:,.0f} MB |", flush=True)
     size = sum(p.stat().st_size for p in local.rglob("*.cdx.gz"))
-    print(f"| build | {wall:,.0f} s wall, peak RSS {peak:,.0f} MB |")
     print(f"| cluster | {size / 1e9:.2f} GB of shards, summary {summary.stat().st_size:,} bytes |")
     for kind, text in asyncio.run(lookups(summary, urls)).items():
-        print(f"| local {kind} | {text} |")
+        print(f"| local {kind} | {text} |", flush=True)
     if args.s3:
         from tests.storage.seaweedfs import SeaweedFS
 
@@ -231,10 +282,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ.update(s3.environ())
             asyncio.run(s3.create_bucket("zipnum-bench"))
             on_s3 = args.work / "cluster-s3"
-            wall, peak = build(cdxj, on_s3, f"s3+{s3.endpoint}/zipnum-bench/c/")
-            print(f"| build to S3 | {wall:,.0f} s wall, peak RSS {peak:,.0f} MB |")
+            location_base = f"s3+{s3.endpoint}/zipnum-bench/c/"
+            if args.s3_upload:
+                started = time.monotonic()
+                upload(local, on_s3, location_base)
+                print(f"| upload to S3 | {time.monotonic() - started:,.0f} s wall |", flush=True)
+            else:
+                wall, peak = build(cdxj, on_s3, location_base)
+                print(f"| build to S3 | {wall:,.0f} s wall, peak RSS {peak:,.0f} MB |")
             for kind, text in asyncio.run(lookups(on_s3 / "cluster.idx", urls)).items():
-                print(f"| S3 {kind} | {text} |")
+                print(f"| S3 {kind} | {text} |", flush=True)
     if args.callgrind:
         for server, per_row in instructions(args.work, summary, urls, args.requests).items():
             for row, k in per_row.items():
