@@ -133,3 +133,28 @@ def test_fields_can_be_replaced_whole() -> None:
     assert record.fields["mime"] == "text/plain"
     assert record.fields["source-coll"] == "pywb"
     assert '"mime": "text/plain"' in record.to_cdxj()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'org,iana)/ 20140126200624 {"url": "http://www.iana.org/", "mime": "text/html"}',
+        'org,iana)/ 20140126200624 {"url": "http://www.iana.org/caf\\u00e9", "status": 200}',
+        "org,iana)/ 20140126200624 http://www.iana.org/ text/html 200 AAAA - - 10 20 a.warc.gz",
+    ],
+)
+def test_a_snapshot_is_untouched_by_what_is_done_to_the_record(line: str) -> None:
+    record = CdxRecord.parse(line)
+    expected = (record.to_cdxj(), record.to_json())
+    image = record.snapshot()
+    # What consumers do to the records a lookup gives them: tag, gate, decode, replace.
+    record.tag("member")
+    record.set_access("block")
+    record.fields["mime"] = "changed"
+    again = CdxRecord.from_snapshot(image)
+    assert (again.to_cdxj(), again.to_json()) == expected
+    again.tag("other")
+    assert "other" not in CdxRecord.from_snapshot(image).to_cdxj()
+    record.fields = {"url": "replaced"}
+    assert CdxRecord.from_snapshot(image).to_cdxj() == expected[0]
+    assert (again.url, record.url) == (CdxRecord.parse(line).url, "replaced")

@@ -386,6 +386,34 @@ class CdxRecord:
         duplicate._access = self._access
         return duplicate
 
+    def snapshot(self) -> tuple[str, str, str] | CdxRecord:
+        """An image of the record as it is now that later changes to it do not
+        touch, for :meth:`from_snapshot`: the urlkey, timestamp and block of an
+        undecoded, untagged record (a tuple: nothing is copied), else a copy.
+
+        Memos of what a lookup found keep images (``Handle.remember`` in
+        :mod:`gateway.sources.cdxj_scan`), because consumers tag, gate and
+        decode the records they are given.
+        """
+        if (
+            self._fields is None
+            and self._source is None
+            and self._coll is None
+            and self._access is None
+        ):
+            plain = self._plain
+            assert plain is not None
+            return (self.urlkey, self.timestamp, plain)
+        return self.copy()
+
+    @classmethod
+    def from_snapshot(cls, image: tuple[str, str, str] | CdxRecord) -> CdxRecord:
+        """A new record equal to the one :meth:`snapshot` made ``image`` of."""
+        if type(image) is tuple:
+            return cls._undecoded(*image)
+        assert isinstance(image, CdxRecord)
+        return image.copy()
+
     def sort_key(self) -> tuple[str, str]:
         return (self.urlkey, self.timestamp)
 

@@ -138,7 +138,8 @@ class Step:
 
 @dataclass(slots=True)
 class Collection:
-    """A named collection: steps tried in order (one step when not a ``sequence``).
+    """A named collection: steps tried in order (one step when not a ``sequence``;
+    never none).
 
     ``fuzzy`` holds the rules that widen an empty exact lookup
     (:mod:`gateway.index.fuzzy`); None turns fuzzy matching off. ``access``
@@ -170,16 +171,20 @@ class Collection:
         lookup (:meth:`widen`), each under the deadline of its exact lookup;
         its captures carry ``is_fuzzy``.
         """
+        steps = self.steps
+        first_step = steps[0]
+        deadlines = [first_step.index.deadline()]  # each step's, shared by its fuzzy retry
+        answer = await first_step.index.lookup(query, deadline=deadlines[0])
+        if answer.first is not None:
+            return first_step, answer  # the first step answered: its own errors and outcomes
         errors: dict[str, str] = {}
         outcomes: dict[str, str] = {}
         failed_all = True
         refusals = _Refusals()
-        deadlines: list[float] = []  # each step's, shared by its fuzzy retry
-        for step in self.steps:
-            deadlines.append(step.index.deadline())
-            answer = await step.index.lookup(query, deadline=deadlines[-1])
-            if answer.first is not None and not outcomes and not errors:
-                return step, answer  # the first step answered: its own errors and outcomes
+        for number, step in enumerate(steps):
+            if number:
+                deadlines.append(step.index.deadline())
+                answer = await step.index.lookup(query, deadline=deadlines[-1])
             errors.update(answer.errors)
             outcomes.update(answer.outcomes)
             if answer.first is not None:

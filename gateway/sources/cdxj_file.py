@@ -54,6 +54,7 @@ from gateway.sources.cdxj_scan import (
     MAX_READ_BYTES,
     Handle,
     IndexFile,
+    RangeMemo,
     encode_key,
     merge_scans,
     scan_file,
@@ -160,6 +161,7 @@ class CdxjFileSource:
         self.name = name
         self.path = os.path.abspath(path)
         self._file = IndexFile(self.path, source=name, stat_interval_s=stat_interval_s)
+        self._memo = RangeMemo()
 
     @classmethod
     def from_config(cls, config: SourceConfig, *, name: str, clients: SharedClients) -> IndexSource:
@@ -206,7 +208,7 @@ class CdxjFileSource:
         except OSError as exc:
             raise unavailable(self.name, self.path, exc) from exc
         try:
-            yield from scan_file(handle, key, end, source=self.name, label=None)
+            yield from scan_file(handle, key, end, source=self.name, label=None, memo=self._memo)
         finally:
             handle.release()
 
@@ -248,6 +250,7 @@ class CdxjDirectorySource:
         self.path = os.path.abspath(path)
         self.stat_interval_s = stat_interval_s
         self._members: dict[str, IndexFile] = {}
+        self._memo = RangeMemo()  # one for every file: versions of files differ by inode
         self._member_list: list[tuple[str, IndexFile]] = []
         self._listing: tuple[int, int, int] | None = None
         self._listed_until = 0.0
@@ -281,7 +284,10 @@ class CdxjDirectorySource:
                 except OSError as exc:
                     raise unavailable(self.name, member.path, exc) from exc
                 handles.append(handle)
-                scans.append(scan_file(handle, key, end, source=self.name, label=file_name))
+                scan = scan_file(
+                    handle, key, end, source=self.name, label=file_name, memo=self._memo
+                )
+                scans.append(scan)
             yield from merge_scans(scans)
         finally:
             for scan in scans:

@@ -34,7 +34,8 @@ import os
 import stat
 import time
 import zlib
-from collections.abc import Generator, Iterator
+from collections import OrderedDict
+from collections.abc import Generator, Iterator, Sequence
 from typing import Final
 
 from gateway.cdx.cdxj import CdxFormatError, CdxRecord
@@ -44,8 +45,12 @@ __all__ = [
     "CDX_HEADERS",
     "GZIP_MAGIC",
     "MAX_READ_BYTES",
+    "RANGE_MEMO_RECORDS",
+    "RANGE_RECORDS",
     "Handle",
+    "Image",
     "IndexFile",
+    "RangeMemo",
     "encode_key",
     "merge_scans",
     "scan_file",
@@ -75,6 +80,68 @@ GZIP_MAGIC: Final = b"\x1f\x8b"
 CDX_HEADERS: Final = (b" CDX", b"CDX ")
 
 
+#: Records a remembered range may hold (a longer answer is read again each time).
+RANGE_RECORDS: Final = 64
+#: Records (an empty range counts one) a :class:`RangeMemo` holds by default.
+RANGE_MEMO_RECORDS: Final = 4096
+
+#: What :meth:`CdxRecord.snapshot` gives.
+Image = tuple[str, str, str] | CdxRecord
+
+
+class RangeMemo:
+    """What lookups of one source found, by version of a file and range.
+
+    ``(identity, key, end) -> (images, versions)``: the images
+    (:meth:`CdxRecord.snapshot`) of the records of ``[key, end)`` in the file
+    version ``identity`` (device, inode, mtime, size, as :class:`Handle`
+    has it), and the versions of other files they were read from (a ZipNum
+    cluster's location file and shards; nothing for a plain file). Only
+    answers of at most :data:`RANGE_RECORDS` records are kept, and at most
+    ``max_records`` records in all (an empty answer counts one; the first
+    remembered goes first). A version of a file does not change (a changed
+    file has another identity), so a remembered answer is the answer:
+    replay asks for the same URLs again and again (a TimeGate, then the
+    memento, then each embed), and a repeated one-URL lookup then costs a
+    dict lookup and a record instead of a search, a read and a parse
+    (bench/README.md, run H).
+    """
+
+    __slots__ = ("_answers", "held", "max_records")
+
+    def __init__(self, max_records: int = RANGE_MEMO_RECORDS) -> None:
+        self.max_records = max_records
+        self.held = 0
+        self._answers: OrderedDict[
+            tuple[object, bytes, bytes], tuple[tuple[Image, ...], tuple[object, ...]]
+        ] = OrderedDict()
+
+    def get(
+        self, identity: object, key: bytes, end: bytes
+    ) -> tuple[tuple[Image, ...], tuple[object, ...]] | None:
+        """The remembered answer and versions, or None."""
+        return self._answers.get((identity, key, end))
+
+    def remember(
+        self,
+        identity: object,
+        key: bytes,
+        end: bytes,
+        images: Sequence[Image],
+        versions: tuple[object, ...] = (),
+    ) -> None:
+        """Keep the answer to ``[key, end)`` of version ``identity`` (class docstring)."""
+        answers = self._answers
+        entry = (identity, key, end)
+        if len(images) > RANGE_RECORDS or entry in answers:
+            return
+        answers[entry] = (tuple(images), versions)
+        self.held += len(images) + 1
+        while self.held > self.max_records:
+            _, (dropped, _) = answers.popitem(last=False)
+            self.held -= len(dropped) + 1
+
+
 class Handle:
     """One open version of a file; closed once retired and no lookup uses it.
 
@@ -83,7 +150,17 @@ class Handle:
     search, so those reads are made once per version of the file.
     """
 
-    __slots__ = ("fd", "gzip", "identity", "path", "probes", "retired", "size", "users", "warned")
+    __slots__ = (
+        "fd",
+        "gzip",
+        "identity",
+        "path",
+        "probes",
+        "retired",
+        "size",
+        "users",
+        "warned",
+    )
 
     def __init__(self, path: str, fd: int, identity: tuple[int, int, int, int], gz: bool) -> None:
         self.path = path
@@ -426,15 +503,32 @@ _CHECKPOINT: Final = None
 
 
 def scan_file(
-    handle: Handle, key: bytes, end: bytes, *, source: str, label: str | None
+    handle: Handle,
+    key: bytes,
+    end: bytes,
+    *,
+    source: str,
+    label: str | None,
+    memo: RangeMemo | None = None,
 ) -> Generator[CdxRecord | None, None, None]:
     """Records of one file for lines in ``[key, end)`` (pywb ``iter_range``), in file order.
 
     A plain generator (the reads are ``pread`` calls that do not wait): it
     yields :data:`_CHECKPOINT` after every 64 KiB read or inflated, where the
     async caller gives the event loop a turn. ``label`` becomes the records'
-    ``source`` when given. The caller owns ``handle``.
+    ``source`` when given. The caller owns ``handle``. An answer ``memo``
+    remembers for this version of the file is given again without reading;
+    a short one read to its end without a checkpoint is remembered there.
     """
+    identity = handle.identity
+    kept = memo.get(identity, key, end) if memo is not None else None
+    if kept is not None:
+        for image in kept[0]:
+            record = CdxRecord.from_snapshot(image)
+            if label is not None:
+                record.set_source(label)
+            yield record
+        return
     if handle.gzip:
         chunks = _gzip_chunks(handle)
     else:
@@ -442,6 +536,7 @@ def scan_file(
     started = False
     previous = b""
     unpaused = 0
+    images: list[Image] | None = [] if memo is not None else None
     try:
         for first, lines, read in chunks:
             for index, raw in enumerate(lines):
@@ -451,6 +546,8 @@ def scan_file(
                     started = True
                 line = raw.rstrip()
                 if line >= end:
+                    if images is not None and memo is not None:
+                        memo.remember(identity, key, end, images)
                     return
                 if not line or line.startswith(CDX_HEADERS):
                     continue
@@ -464,13 +561,21 @@ def scan_file(
                 except CdxFormatError as exc:
                     where = _where(handle, first, lines, index)
                     raise SourceBadAnswer(source, f"{handle.path}, {where}: {exc}") from exc
+                if images is not None:
+                    if len(images) < RANGE_RECORDS:
+                        images.append(record.snapshot())
+                    else:
+                        images = None
                 if label is not None:
                     record.set_source(label)
                 yield record
             unpaused += read
             if unpaused >= _CHECKPOINT_BYTES:
                 unpaused = 0
+                images = None
                 yield _CHECKPOINT
+        if images is not None and memo is not None:
+            memo.remember(identity, key, end, images)
     except _FormatProblem as exc:
         raise SourceBadAnswer(source, f"{handle.path}, {exc.where}: {exc.reason}") from exc
     except OSError as exc:

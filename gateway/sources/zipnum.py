@@ -48,7 +48,7 @@ import time
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Final, Self
+from typing import ClassVar, Final, Self, cast
 
 from gateway.cdx.cdxj import CdxFormatError, CdxRecord
 from gateway.cdx.cdxops import LocalScan
@@ -61,8 +61,11 @@ from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdxj_file import STAT_INTERVAL_S, check_stat_interval
 from gateway.sources.cdxj_scan import (
     CDX_HEADERS,
+    RANGE_RECORDS,
     Handle,
+    Image,
     IndexFile,
+    RangeMemo,
     encode_key,
     search_offset,
     unavailable,
@@ -172,6 +175,7 @@ class ZipNumSource:
         #: Reads by shard and block cache hits (``/metrics``).
         self.stats = ShardStats()
         self._cache = BlockCache(config.cache_bytes)
+        self._memo = RangeMemo()
         self.stat_interval_s = config.stat_interval_s
         self._summary = IndexFile(self.path, source=name, stat_interval_s=self.stat_interval_s)
         self._shards: dict[str, IndexFile] = {}
@@ -202,9 +206,24 @@ class ZipNumSource:
         return self._scan_remote(key, end)
 
     def _scan(self, key: bytes, end: bytes) -> Generator[CdxRecord | None, None, None]:
+        """Records of local shards; an answer of at most ``RANGE_RECORDS`` records
+        is remembered (:class:`RangeMemo`) by the summary's version with the
+        location file's and the shards' versions, and given again while all
+        three are current."""
         if key >= end:
             return
-        with self._acquired() as handle:
+        try:
+            handle = self._summary.acquire()
+        except OSError as exc:
+            raise unavailable(self.name, self.path, exc) from exc
+        try:
+            kept = self._memo.get(handle.identity, key, end)
+            if kept is not None and self._still_current(kept[1]):
+                for image in kept[0]:
+                    yield CdxRecord.from_snapshot(image)
+                return
+            images: list[Image] | None = []
+            shards: list[tuple[str, object]] = []
             for run in self._runs(handle, key, end):
                 if self._remote:
                     raise SourceUnavailable(
@@ -212,8 +231,37 @@ class ZipNumSource:
                         f"ZipNum location file {self.loc_path} changed to remote shards "
                         "during this lookup; the next lookup reads them",
                     )
-                if (yield from self._records(run, self._lines(run), key, end)):
-                    return
+                path, identity, lines = self._lines(run)
+                if images is not None and (path, identity) not in shards:
+                    shards.append((path, identity))
+                if (yield from self._records(run, lines, key, end, images)):
+                    break
+                if images is not None and len(images) > RANGE_RECORDS:
+                    images = None
+            if images is not None and len(images) <= RANGE_RECORDS:
+                versions = (self._loc_identity, tuple(shards))
+                self._memo.remember(handle.identity, key, end, images, versions)
+        finally:
+            handle.release()
+
+    def _still_current(self, versions: tuple[object, ...]) -> bool:
+        """Whether the location file and the shards a remembered answer was read
+        from are the versions it was read from (each checked at most every
+        ``stat_interval_s``)."""
+        loc_identity, shards = versions
+        self._load_locations()
+        if self._remote or self._loc_identity != loc_identity:
+            return False
+        assert isinstance(shards, tuple)
+        for path, identity in shards:
+            try:
+                shard = self._shard(path).acquire()
+            except OSError:
+                return False  # read again: that lookup reports what is wrong
+            shard.release()
+            if shard.identity != identity:
+                return False
+        return True
 
     async def _scan_remote(self, key: bytes, end: bytes) -> AsyncGenerator[CdxRecord, None]:
         if key >= end:
@@ -264,11 +312,17 @@ class ZipNumSource:
             yield run
 
     def _records(
-        self, run: list[_Block], blocks: Sequence[list[bytes]], key: bytes, end: bytes
+        self,
+        run: list[_Block],
+        blocks: Sequence[list[bytes]],
+        key: bytes,
+        end: bytes,
+        images: list[Image] | None = None,
     ) -> Generator[CdxRecord | None, None, bool]:
         """Records of a run's blocks of lines in ``[key, end)``, then a checkpoint;
         returns True once a line at or past ``end`` was met. A block's lines
-        are sorted (the format): the first at or after ``key`` is bisected for."""
+        are sorted (the format): the first at or after ``key`` is bisected for.
+        The images of the first ``RANGE_RECORDS`` + 1 records go to ``images``."""
         for lines in blocks:
             for index in range(bisect.bisect_left(lines, key), len(lines)):
                 line = lines[index]
@@ -277,9 +331,12 @@ class ZipNumSource:
                 if line >= end:
                     return True
                 try:
-                    yield CdxRecord.parse(line)
+                    record = CdxRecord.parse(line)
                 except CdxFormatError as exc:
                     raise SourceBadAnswer(self.name, f"ZipNum shard {run[0].part}: {exc}") from exc
+                if images is not None and len(images) <= RANGE_RECORDS:
+                    images.append(record.snapshot())
+                yield record
         yield None  # a checkpoint after every read
         return False
 
@@ -350,29 +407,58 @@ class ZipNumSource:
             )
         return paths
 
-    def _lines(self, run: Sequence[_Block]) -> list[list[bytes]]:
+    def _lines(self, run: Sequence[_Block]) -> tuple[str, object, list[list[bytes]]]:
         """The lines of each block of a run of adjacent blocks of a local shard,
-        from the block cache or one ``pread`` of the whole run."""
+        from the block cache or one ``pread`` of the whole run, with the path
+        and the version (identity) of the shard file they are from: its first
+        readable location."""
         part = run[0].part
-        identity, data = self._read(part, run)
-        if data is None:  # every block of the run is kept
-            return [self._cache.get(identity, b.offset) or [] for b in run]
-        blocks: list[list[bytes]] = []
-        at = 0
-        for block in run:
-            member = data[at : at + block.length]
-            at += block.length
-            lines = inflate_block(member, source=self.name, part=part, offset=block.offset)
-            blocks.append(lines)
-            self._cache.put(identity, block.offset, lines, _text_size(lines))
-        return blocks
+        cache = self._cache
+        failures = []
+        for path in self._paths(part):
+            if is_remote(path):
+                failures.append(f"{path}: a remote location, read by the next lookup")
+                continue
+            try:
+                handle = self._shard(path).acquire()
+            except OSError as exc:
+                failures.append(f"{path}: {exc.strerror or exc}")
+                continue
+            identity = handle.identity
+            offset = run[0].offset
+            length = run[-1].offset + run[-1].length - offset  # the blocks are adjacent
+            try:
+                kept = [cache.get(identity, block.offset) for block in run]
+                if None not in kept:
+                    return path, identity, cast("list[list[bytes]]", kept)
+                data = os.pread(handle.fd, length, offset)
+            except OSError as exc:
+                failures.append(f"{path}: {exc.strerror or exc}")
+                continue
+            finally:
+                handle.release()
+            if len(data) < length:
+                failures.append(f"{path}: ends before byte {offset + length}")
+                continue
+            self.stats.count_request(part, length)
+            blocks: list[list[bytes]] = []
+            for block in run:
+                at = block.offset - offset
+                member = data[at : at + block.length]
+                lines = inflate_block(member, source=self.name, part=part, offset=block.offset)
+                blocks.append(lines)
+                cache.put(identity, block.offset, lines, _text_size(lines))
+            return path, identity, blocks
+        raise SourceUnavailable(
+            self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
+        )
 
     async def _fetch_lines(self, run: Sequence[_Block]) -> list[list[bytes]]:
         """The lines of each block of a run, from the block cache or one range
         read of the blocks missing from it (local shards: :meth:`_lines`)."""
         paths = self._paths(run[0].part)
         if not any(is_remote(p) for p in paths):
-            return self._lines(run)
+            return self._lines(run)[2]
         blocks: list[list[bytes] | None] = [self._cache.get(paths[0], b.offset) for b in run]
         missing = [i for i, lines in enumerate(blocks) if lines is None]
         self.stats.cache_hits += len(run) - len(missing)
@@ -410,41 +496,6 @@ class ZipNumSource:
                 continue
             self.stats.count_request(part, length)
             return data
-        raise SourceUnavailable(
-            self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
-        )
-
-    def _read(self, part: str, run: Sequence[_Block]) -> tuple[object, bytes | None]:
-        """The identity of the first readable location of local shard ``part`` and
-        the bytes of ``run`` there, or None for the bytes when every block of it is kept."""
-        offset = run[0].offset
-        length = sum(block.length for block in run)
-        failures = []
-        for path in self._paths(part):
-            if is_remote(path):
-                failures.append(f"{path}: a remote location, read by the next lookup")
-                continue
-            shard = self._shard(path)
-            try:
-                handle = shard.acquire()
-            except OSError as exc:
-                failures.append(f"{path}: {exc.strerror or exc}")
-                continue
-            identity = handle.identity
-            try:
-                if all(self._cache.get(identity, b.offset) is not None for b in run):
-                    return identity, None
-                data = os.pread(handle.fd, length, offset)
-            except OSError as exc:
-                failures.append(f"{path}: {exc.strerror or exc}")
-                continue
-            finally:
-                handle.release()
-            if len(data) < length:
-                failures.append(f"{path}: ends before byte {offset + length}")
-                continue
-            self.stats.count_request(part, length)
-            return identity, data
         raise SourceUnavailable(
             self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
         )

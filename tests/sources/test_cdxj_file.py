@@ -782,3 +782,79 @@ async def test_a_line_found_across_a_read_boundary(tmp_path: Path) -> None:
         path = _straddling(tmp_path / f"s{long_line}.cdxj", long_line)
         records = await collect(build(path), query)
         assert [r.url for r in records] == ["http://example.com/target"], long_line
+
+
+def _rewrite_keeping_identity(path: Path, data: bytes) -> None:
+    """Other bytes in ``path``, same size, inode and mtime: the same version to a reader."""
+    before = path.stat()
+    assert len(data) == before.st_size
+    with path.open("r+b") as fh:
+        fh.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+async def test_a_short_answer_is_remembered_for_its_version_of_the_file(tmp_path: Path) -> None:
+    # Replay looks the same URLs up again and again: an answer of at most
+    # RANGE_RECORDS records is kept with the file's version (Handle.remember).
+    from gateway.sources.cdxj_scan import RANGE_RECORDS
+
+    def lines(url: str, count: int, year: str) -> list[str]:
+        return [
+            f'{canonical_urlkey(url)} {year}01010000{n:02d} {{"url": "{url}"}}'
+            for n in range(count)
+        ]
+
+    few, many = "http://example.com/few", "http://example.com/many"
+    text = "\n".join(sorted(lines(few, 3, "2020") + lines(many, RANGE_RECORDS + 1, "2020")))
+    path = tmp_path / "idx.cdxj"
+    path.write_text(text + "\n")
+    source = build(path, stat_interval_s=0)
+    first = await collect(source, CaptureQuery.for_url(few))
+    assert [r.timestamp[:4] for r in first] == ["2020"] * 3
+    assert len(await collect(source, CaptureQuery.for_url(many))) == RANGE_RECORDS + 1
+    for record in first:  # what consumers do to their records does not reach the memo
+        record.tag("member")
+        record.fields["url"] = "changed"
+    # The same version to a reader (size, inode, mtime), other captures in it:
+    _rewrite_keeping_identity(path, text.replace(" 2020", " 2021").encode() + b"\n")
+    again = await collect(source, CaptureQuery.for_url(few))
+    assert [(r.timestamp[:4], r.url) for r in again] == [("2020", few)] * 3  # remembered
+    assert "source" not in again[0].to_cdxj()
+    longer = await collect(source, CaptureQuery.for_url(many))
+    assert {r.timestamp[:4] for r in longer} == {"2021"}  # too long to be kept: read again
+    # A new version (an append) is a new answer.
+    with path.open("a") as fh:
+        fh.write(lines("http://example.com/zz", 1, "2022")[0] + "\n")
+    assert {r.timestamp[:4] for r in await collect(source, CaptureQuery.for_url(few))} == {"2021"}
+    await source.aclose()
+
+
+def test_the_range_memo_keeps_at_most_its_records_and_short_answers_only() -> None:
+    from gateway.sources.cdxj_scan import RANGE_RECORDS, RangeMemo
+
+    image = ("com,example)/", "20200101000000", '{"url": "http://example.com/"}')
+    memo = RangeMemo(max_records=10)
+    memo.remember("v1", b"a", b"b", [image] * (RANGE_RECORDS + 1))
+    assert memo.get("v1", b"a", b"b") is None  # too long an answer
+    for n in range(6):  # 2 records each (an answer of 1, plus 1)
+        memo.remember("v1", b"k%d" % n, b"z", [image])
+    assert memo.held == 10
+    assert memo.get("v1", b"k0", b"z") is None  # the first remembered went first
+    assert memo.get("v1", b"k5", b"z") == ((image,), ())
+    assert memo.get("v2", b"k5", b"z") is None  # another version of the file
+    memo.remember("v1", b"empty", b"z", [])
+    assert memo.get("v1", b"empty", b"z") == ((), ())
+    assert memo.held <= 10
+
+
+async def test_a_directory_member_remembered_keeps_its_file_name(
+    sample_dir: Path, tmp_path: Path
+) -> None:
+    directory = make_index_dir(sample_dir, tmp_path / "idx", "cdxj/iana.cdxj")
+    source = build(directory, stat_interval_s=0)
+    query = CaptureQuery.for_url("http://www.iana.org/")
+    first = [r.to_cdxj() for r in await collect(source, query)]
+    assert first
+    assert all('"source": "iana.cdxj"' in line for line in first)
+    assert [r.to_cdxj() for r in await collect(source, query)] == first
+    await source.aclose()

@@ -308,3 +308,30 @@ def test_block_cache_keeps_at_most_its_bytes() -> None:
     assert (cache.get("s", 1), cache.held_bytes) == (None, 90)
     cache.put("s", 3, [b"d" * 101], 101)  # larger than the cache: not kept
     assert cache.get("s", 3) is None
+
+
+async def test_a_short_answer_is_remembered_while_summary_locations_and_shard_are_unchanged(
+    tmp_path: Path,
+) -> None:
+    lines = [line(f"http://example.com/{n:03d}") for n in range(40)]
+    summary = write_zipnum(sorted(lines), tmp_path, blocks_per_shard=10)
+    zipnum = source(summary, stat_interval_s=0)
+    assert isinstance(zipnum, ZipNumSource)
+    query = CaptureQuery.for_url("http://example.com/017")
+
+    async def reads() -> int:
+        assert [r.url for r in await collect(zipnum, query)] == ["http://example.com/017"]
+        return sum(zipnum.stats.requests.values())
+
+    assert await reads() == 1
+    assert await reads() == 1  # remembered (the block cache would not read either)
+    shard = tmp_path / "cluster-00.cdx.gz"
+    os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))
+    assert await reads() == 2  # a new version of the shard: its block is read again
+    assert await reads() == 2
+    copy = tmp_path / "copy.cdx.gz"
+    copy.write_bytes(shard.read_bytes())
+    loc = tmp_path / "cluster.loc"
+    loc.write_text(loc.read_text().replace("cluster-00.cdx.gz", "copy.cdx.gz"))
+    assert await reads() == 3  # the location file changed: read where it now points
+    await zipnum.aclose()
