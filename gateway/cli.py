@@ -42,6 +42,18 @@ def _load(path: str) -> GatewayConfig:
     return load_config(path)
 
 
+def _require_replay(config: GatewayConfig) -> None:
+    """``client_side_replay: true`` without a wabac.js install: a
+    :class:`~gateway.errors.ConfigError` naming ``replay`` (only the commands
+    that serve pages ask)."""
+    from gateway.errors import ConfigError
+
+    try:
+        config.replay.require_install()
+    except ValueError as exc:
+        raise ConfigError("replay", str(exc)) from None
+
+
 def _new_loop() -> asyncio.AbstractEventLoop:
     """uvloop when installed (``pip install '.[fast]'``), else the default loop."""
     import asyncio
@@ -66,6 +78,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         config = _load(args.config)
+        _require_replay(config)
         clients = SharedClients(config.client)
         collections = build_collections(config, clients)
         # The jobs' plugins resolve now, or the bad config stops start-up; each
@@ -288,6 +301,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
     try:
         config = _load(args.file)
+        _require_replay(config)
         with report_only() as missing:  # check-config changes nothing on disk
             collections = build_collections(config, SharedClients(config.client))
     except ConfigError as exc:

@@ -8,8 +8,8 @@ In-browser replay by wabac.js, a separate, optional component installed by
       wabac_dir: ./.wabac/          # where scripts/install-wabac put it (this default)
 
 ``config.py`` builds :class:`ReplaySettings` by field name (unknown keys are
-rejected there) and turns the :class:`ValueError` of
-:meth:`ReplaySettings.__post_init__` into a
+rejected there); ``gateway serve`` and ``check-config`` turn the
+:class:`ValueError` of :meth:`ReplaySettings.require_install` into a
 :class:`~gateway.errors.ConfigError` naming ``replay``.
 """
 
@@ -35,8 +35,8 @@ class ReplaySettings:
 
     - ``client_side_replay``: None (the default) turns replay on when
       ``wabac_dir`` holds an install (its ``sw.js``); true requires one, so a
-      missing install stops start-up (:class:`ValueError` naming
-      ``wabac_dir`` and the command that installs it); false turns it off.
+      missing install stops ``gateway serve`` (:meth:`require_install`);
+      false turns it off.
     - ``wabac_dir``: the install directory, made absolute at load
       (:func:`~gateway.paths.absolute_path`, pywb's rule: relative to the
       working directory).
@@ -47,6 +47,13 @@ class ReplaySettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "wabac_dir", absolute_path(self.wabac_dir))
+
+    def require_install(self) -> None:
+        """Raise :class:`ValueError` (naming ``wabac_dir`` and the command that
+        installs wabac.js) when ``client_side_replay`` is true and there is no
+        install. ``gateway serve`` and ``check-config`` call it: the commands
+        that serve no pages (``export``, ``index``, ``store``...) run without one.
+        """
         if self.client_side_replay and not self.installed:
             raise ValueError(
                 f"wabac_dir {self.wabac_dir}: no wabac.js install there (no {SERVICE_WORKER}); "
