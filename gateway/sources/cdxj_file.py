@@ -54,12 +54,12 @@ from gateway.sources.cdxj_scan import (
     MAX_READ_BYTES,
     Handle,
     IndexFile,
-    RangeMemo,
     encode_key,
     merge_scans,
     scan_file,
     unavailable,
 )
+from gateway.sources.range_memo import RangeMemo
 
 __all__ = [
     "INDEX_SUFFIXES",

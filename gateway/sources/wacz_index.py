@@ -14,10 +14,10 @@ How each is read (as wabac.js reads them):
   when the WACZ is opened, into an anonymous in-memory file
   (``memfd_create``) and searched with the CDXJ file source's binary search
   (:func:`~gateway.sources.cdxj_scan.scan_file`,
-  :func:`~gateway.sources.zipnum.summary_lines`);
+  :func:`~gateway.sources.zipnum_blocks.summary_lines`);
 - ZipNum blocks are range-read from the shard entry, which must be stored
   (uncompressed in the ZIP), run of adjacent blocks by run, and inflated by
-  :func:`~gateway.sources.zipnum.inflate_block`.
+  :func:`~gateway.sources.zipnum_blocks.inflate_block`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from gateway.errors import ArchiveRefused, LoadError, SourceBadAnswer, SourceUna
 from gateway.loaders.wacz_archive import WaczArchive, ZipEntry, read_range
 from gateway.sources.base import Page
 from gateway.sources.cdxj_scan import CDX_HEADERS, GZIP_MAGIC, Handle, scan_file
-from gateway.sources.zipnum import SUMMARY_SUFFIXES, inflate_block, summary_lines
+from gateway.sources.zipnum import SUMMARY_SUFFIXES
+from gateway.sources.zipnum_blocks import inflate_block, summary_lines
 
 __all__ = ["WaczIndex", "load_index", "parse_pages", "read_pages"]
 

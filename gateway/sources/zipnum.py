@@ -45,7 +45,6 @@ import bisect
 import contextlib
 import os
 import time
-import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final, Self, cast
@@ -61,34 +60,24 @@ from gateway.sources.base import IndexSource, SourceConfig
 from gateway.sources.cdxj_file import STAT_INTERVAL_S, check_stat_interval
 from gateway.sources.cdxj_scan import (
     CDX_HEADERS,
-    RANGE_RECORDS,
     Handle,
-    Image,
     IndexFile,
-    RangeMemo,
     encode_key,
-    search_offset,
     unavailable,
 )
+from gateway.sources.range_memo import RANGE_RECORDS, Image, RangeMemo
+from gateway.sources.zipnum_blocks import inflate_block, summary_lines, text_size
 from gateway.sources.zipnum_remote import BlockCache, ShardStats, is_remote, read_range
 
 __all__ = [
     "SUMMARY_SUFFIXES",
     "ZipNumSource",
     "ZipNumSourceConfig",
-    "inflate_block",
-    "summary_lines",
 ]
 
 #: File names taken as ZipNum summaries when given as a plain path (pywb ``IDX_EXT``).
 SUMMARY_SUFFIXES: Final = (".idx", ".summary")
 _PREFIX: Final = "zipnum+"
-#: Largest summary read at a time while scanning it.
-_SUMMARY_READ_BYTES: Final = 64 * 1024
-#: Most text one block may inflate to (a block holds a few thousand lines).
-_MAX_BLOCK_TEXT: Final = 64 * 1024 * 1024
-#: A summary line longer than this is not a summary line.
-_MAX_SUMMARY_LINE: Final = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -447,7 +436,7 @@ class ZipNumSource:
                 member = data[at : at + block.length]
                 lines = inflate_block(member, source=self.name, part=part, offset=block.offset)
                 blocks.append(lines)
-                cache.put(identity, block.offset, lines, _text_size(lines))
+                cache.put(identity, block.offset, lines, text_size(lines))
             return path, identity, blocks
         raise SourceUnavailable(
             self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
@@ -473,7 +462,7 @@ class ZipNumSource:
                 lines = blocks[i] = inflate_block(
                     member, source=self.name, part=block.part, offset=block.offset
                 )
-                self._cache.put(paths[0], block.offset, lines, _text_size(lines))
+                self._cache.put(paths[0], block.offset, lines, text_size(lines))
         return [lines or [] for lines in blocks]
 
     async def _read_remote(self, part: str, paths: list[str], offset: int, length: int) -> bytes:
@@ -541,89 +530,3 @@ class ZipNumSource:
             shard.close()
         self._shards = {}
         self._cache.clear()
-
-
-def inflate_block(member: bytes, *, source: str, part: str, offset: int) -> list[bytes]:
-    """The lines of one block: a gzip member of sorted CDX(J) lines at ``offset`` of ``part``.
-
-    Raises :class:`SourceBadAnswer` (naming ``part`` and ``offset``) for bytes
-    that are not a gzip member or inflate past 64 MiB.
-    """
-    try:
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        text = inflater.decompress(member, _MAX_BLOCK_TEXT)
-    except zlib.error as exc:
-        raise SourceBadAnswer(
-            source,
-            f"ZipNum shard {part}: block at offset {offset} is not a gzip "
-            f"member ({exc}); the summary and the shard do not match",
-        ) from exc
-    if inflater.unconsumed_tail:
-        raise SourceBadAnswer(
-            source,
-            f"ZipNum shard {part}: block at offset {offset} inflates past "
-            f"{_MAX_BLOCK_TEXT} bytes; expected a block of a few thousand lines",
-        )
-    return text.splitlines()
-
-
-def _text_size(lines: list[bytes]) -> int:
-    """The bytes of text ``lines`` came from, line ends included (what the cache counts)."""
-    return sum(map(len, lines)) + len(lines)
-
-
-def summary_lines(handle: Handle, key: bytes, end: bytes) -> Generator[bytes, None, None]:
-    """The last summary line before ``key``, then every later line before ``end``.
-
-    The block a line names starts with that line's key, so the block before the
-    first line >= ``key`` may hold ``key`` too (pywb ``iter_range`` with
-    ``prev_size=1``). Raises OSError from the reads, ValueError for a line
-    too long to be a summary line.
-    """
-    fd, size = handle.fd, handle.size
-    pos = search_offset(handle, key)
-    if pos > 0:
-        # Every line before the one holding byte pos - 1 sorts before key;
-        # that line may be the last one before key: start at its beginning.
-        pos = _line_start(fd, pos - 1)
-    previous: bytes | None = None
-    buffer = b""
-    while pos < size or buffer:
-        if pos < size:
-            data = os.pread(fd, min(_SUMMARY_READ_BYTES, size - pos), pos)
-            if not data:
-                break
-            pos += len(data)
-            buffer += data
-            lines = buffer.split(b"\n")
-            buffer = lines.pop()
-            if len(buffer) > _MAX_SUMMARY_LINE:
-                raise ValueError(f"a line longer than {_MAX_SUMMARY_LINE} bytes")
-        else:
-            lines, buffer = [buffer], b""
-        for line in lines:
-            if not line.strip():
-                continue
-            if line < key:
-                previous = line
-                continue
-            if previous is not None:
-                yield previous
-                previous = None
-            if line >= end:
-                return
-            yield line
-    if previous is not None:
-        yield previous
-
-
-def _line_start(fd: int, pos: int) -> int:
-    """The offset of the start of the line holding byte ``pos``."""
-    while pos > 0:
-        start = max(0, pos - 4096)
-        window = os.pread(fd, pos - start, start)
-        newline = window.rfind(b"\n")
-        if newline >= 0:
-            return start + newline + 1
-        pos = start
-    return 0

@@ -796,7 +796,7 @@ def _rewrite_keeping_identity(path: Path, data: bytes) -> None:
 async def test_a_short_answer_is_remembered_for_its_version_of_the_file(tmp_path: Path) -> None:
     # Replay looks the same URLs up again and again: an answer of at most
     # RANGE_RECORDS records is kept with the file's version (Handle.remember).
-    from gateway.sources.cdxj_scan import RANGE_RECORDS
+    from gateway.sources.range_memo import RANGE_RECORDS
 
     def lines(url: str, count: int, year: str) -> list[str]:
         return [
@@ -830,7 +830,7 @@ async def test_a_short_answer_is_remembered_for_its_version_of_the_file(tmp_path
 
 
 def test_the_range_memo_keeps_at_most_its_records_and_short_answers_only() -> None:
-    from gateway.sources.cdxj_scan import RANGE_RECORDS, RangeMemo
+    from gateway.sources.range_memo import RANGE_RECORDS, RangeMemo
 
     image = ("com,example)/", "20200101000000", '{"url": "http://example.com/"}')
     memo = RangeMemo(max_records=10)
