@@ -118,13 +118,16 @@ def _instructions_per_request(
     requests: int,
     connections: int,
     keep: Path | None = None,
+    warmup: Sequence[str] | None = None,
 ) -> float:
     """Thousands of instructions ``server`` executes per request of ``row``.
 
     With ``keep``, the row's dump is copied there as ``{server}.{row}.out``.
+    The warm-up asks ``warmup`` when given (other paths than the row's, so
+    that every measured request is a first one), else the row's paths.
     """
     pid = str(server.proc.pid)
-    asyncio.run(_load(server.port, row.paths, _WARMUP_REQUESTS, connections))
+    asyncio.run(_load(server.port, warmup or row.paths, _WARMUP_REQUESTS, connections))
     subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
     asyncio.run(_load(server.port, row.paths, requests, connections))
     before = set(out_dir.glob(f"{server.name}.{pid}.out.*"))

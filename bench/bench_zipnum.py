@@ -17,7 +17,8 @@ For a cluster of ``--lines`` synthetic captures it
    and records its wall time and peak RSS (``getrusage`` of the child);
 3. looks up 1,000 of the kept URLs with :class:`~gateway.sources.zipnum.ZipNumSource`
    in this process: one URL (``exact``), its host (``prefix``), and
-   ``closest`` (the exact range; the aggregator orders it), giving
+   ``closest`` (the exact range; the aggregator orders it), each kind with a
+   new source (nothing remembered or kept from the kind before), giving
    p50/p99 latency and the range reads (``pread`` or range request) per
    lookup, from local disk and, with ``--s3``, from a SeaweedFS started
    here (``gateway zipnum build --s3``; with ``--s3-upload``, the local
@@ -26,7 +27,8 @@ For a cluster of ``--lines`` synthetic captures it
 4. with ``--callgrind``, serves the local cluster with ``gateway serve``
    and pywb 2.10 under ``valgrind --tool=callgrind`` and counts
    instructions per request for the three rows (as
-   :mod:`bench.bench_instructions` does: warm-up, zero, N requests, dump).
+   :mod:`bench.bench_instructions` does: warm-up, zero, N requests, dump),
+   each measured request a first lookup of its URL (:func:`instructions`).
 
 Figures are printed as a Markdown table; docs/zipnum.md records them.
 """
@@ -173,33 +175,40 @@ async def lookups(summary: Path, urls: Sequence[tuple[str, str, str]]) -> dict[s
 
     clients = SharedClients()
     await clients.start()
-    source = ZipNumSource(ZipNumSourceConfig(path=str(summary)), name="bench", clients=clients)
     results: dict[str, str] = {}
+    hits = misses = 0
     try:
         for kind in ("exact", "prefix", "closest"):
+            # A new source per kind: no answer remembered, no block kept from the kind before.
+            config = ZipNumSourceConfig(path=str(summary))
+            source = ZipNumSource(config, name="bench", clients=clients)
             times, reads, found = [], 0, 0
-            for url, when, host in urls:
-                if kind == "prefix":
-                    query = CaptureQuery.for_url(f"http://{host}/", match_type="prefix")
-                else:
-                    query = CaptureQuery.for_url(url, closest=when if kind == "closest" else None)
-                before = sum(source.stats.requests.values())
-                started = time.perf_counter()
-                records = [r async for r in source.lookup(query)]
-                times.append(time.perf_counter() - started)
-                reads += sum(source.stats.requests.values()) - before
-                found += bool(records)
+            try:
+                for url, when, host in urls:
+                    if kind == "prefix":
+                        query = CaptureQuery.for_url(f"http://{host}/", match_type="prefix")
+                    else:
+                        closest = when if kind == "closest" else None
+                        query = CaptureQuery.for_url(url, closest=closest)
+                    before = sum(source.stats.requests.values())
+                    started = time.perf_counter()
+                    records = [r async for r in source.lookup(query)]
+                    times.append(time.perf_counter() - started)
+                    reads += sum(source.stats.requests.values()) - before
+                    found += bool(records)
+                hits += source.stats.cache_hits
+                misses += source.stats.cache_misses
+            finally:
+                await source.aclose()
             times.sort()
             p50, p99 = times[len(times) // 2], times[int(len(times) * 0.99)]
             results[kind] = (
                 f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms, "
                 f"{reads / len(urls):.2f} reads, {found}/{len(urls)} found"
             )
-        hits, misses = source.stats.cache_hits, source.stats.cache_misses
         if hits + misses:
             results["block cache"] = f"{hits / (hits + misses):.0%} hits"
     finally:
-        await source.aclose()
         await clients.close()
     return results
 
@@ -207,18 +216,30 @@ async def lookups(summary: Path, urls: Sequence[tuple[str, str, str]]) -> dict[s
 def instructions(
     work: Path, summary: Path, urls: Sequence[tuple[str, str, str]], requests: int
 ) -> dict[str, dict[str, float]]:
-    """k instructions per request of the gateway and pywb serving the local cluster."""
+    """k instructions per request of the gateway and pywb serving the local cluster:
+    ``requests`` first lookups per row (distinct URLs, none of them asked by
+    the warm-up, which asks other kept URLs), so that neither the gateway's
+    memo of answers nor a block kept by an earlier lookup of the same URL
+    answers them."""
     from bench.bench_instructions import _STARTUP_S, _instructions_per_request
 
-    sample = urls[:200]
-    workload = [
-        Row("exact", tuple(f"/web/index?url={quote(u)}" for u, _, _ in sample)),
-        Row("prefix", tuple(f"/web/index?url={quote(h)}/&matchType=prefix" for _, _, h in sample)),
-        Row(
-            "closest",
-            tuple(f"/web/index?url={quote(u)}&closest={w}&limit=1" for u, w, _ in sample),
-        ),
-    ]
+    def rows(sample: Sequence[tuple[str, str, str]]) -> list[Row]:
+        return [
+            Row("exact", tuple(f"/web/index?url={quote(u)}" for u, _, _ in sample)),
+            Row(
+                "prefix",
+                tuple(f"/web/index?url={quote(h)}/&matchType=prefix" for _, _, h in sample),
+            ),
+            Row(
+                "closest",
+                tuple(f"/web/index?url={quote(u)}&closest={w}&limit=1" for u, w, _ in sample),
+            ),
+        ]
+
+    if len(urls) < requests + 200:
+        raise ValueError(f"{len(urls)} kept URLs: need {requests} to measure and 200 to warm up")
+    workload = rows(urls[:requests])
+    warmups = rows(urls[-200:])
     found: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-zipnum-", dir=work) as tmp:
         out_dir = Path(tmp)
@@ -236,8 +257,10 @@ def instructions(
                 server = start_pywb(config, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S)
             try:
                 found[name] = {
-                    row.name: _instructions_per_request(server, row, out_dir, requests, 4)
-                    for row in workload
+                    row.name: _instructions_per_request(
+                        server, row, out_dir, requests, 4, warmup=warm.paths
+                    )
+                    for row, warm in zip(workload, warmups, strict=True)
                 }
             finally:
                 server.stop()
@@ -265,7 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not cdxj.exists():
         generate(args.lines, cdxj)
     rows = [line.split("\t") for line in cdxj.with_suffix(".urls").read_text().splitlines()]
-    urls = [(u, w, h) for u, w, h in rows][:_LOOKUPS]
+    kept = [(u, w, h) for u, w, h in rows]
+    urls = kept[:_LOOKUPS]
     local = args.work / "cluster"
     summary = local / "cluster.idx"
     if not (args.reuse and summary.exists()):
@@ -293,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for kind, text in asyncio.run(lookups(on_s3 / "cluster.idx", urls)).items():
                 print(f"| S3 {kind} | {text} |", flush=True)
     if args.callgrind:
-        for server, per_row in instructions(args.work, summary, urls, args.requests).items():
+        for server, per_row in instructions(args.work, summary, kept, args.requests).items():
             for row, k in per_row.items():
                 print(f"| {server} {row} | {k:,.1f}k instructions per request |")
     return 0

@@ -41,7 +41,6 @@ serves is a :class:`SourceUnavailable`, never an empty answer.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import os
 import time
@@ -66,7 +65,7 @@ from gateway.sources.cdxj_scan import (
     unavailable,
 )
 from gateway.sources.range_memo import RANGE_RECORDS, Image, RangeMemo
-from gateway.sources.zipnum_blocks import inflate_block, summary_lines, text_size
+from gateway.sources.zipnum_blocks import Block, summary_lines
 from gateway.sources.zipnum_remote import BlockCache, ShardStats, is_remote, read_range
 
 __all__ = [
@@ -303,29 +302,39 @@ class ZipNumSource:
     def _records(
         self,
         run: list[_Block],
-        blocks: Sequence[list[bytes]],
+        blocks: Sequence[Block],
         key: bytes,
         end: bytes,
         images: list[Image] | None = None,
     ) -> Generator[CdxRecord | None, None, bool]:
-        """Records of a run's blocks of lines in ``[key, end)``, then a checkpoint;
-        returns True once a line at or past ``end`` was met. A block's lines
-        are sorted (the format): the first at or after ``key`` is bisected for.
-        The images of the first ``RANGE_RECORDS`` + 1 records go to ``images``."""
-        for lines in blocks:
-            for index in range(bisect.bisect_left(lines, key), len(lines)):
-                line = lines[index]
-                if line < key or line.startswith(CDX_HEADERS):
-                    continue  # (line < key: a block that is not sorted after all)
-                if line >= end:
-                    return True
-                try:
-                    record = CdxRecord.parse(line)
-                except CdxFormatError as exc:
-                    raise SourceBadAnswer(self.name, f"ZipNum shard {run[0].part}: {exc}") from exc
-                if images is not None and len(images) <= RANGE_RECORDS:
-                    images.append(record.snapshot())
-                yield record
+        """Records of a run's blocks in ``[key, end)``, then a checkpoint; returns
+        True once a line at or past ``end`` was met. Each block is inflated as
+        far as its lines are needed (:class:`~gateway.sources.zipnum_blocks.Block`);
+        its lines are sorted (the format): the first at or after ``key`` is
+        bisected for. The images of the first ``RANGE_RECORDS`` + 1 records go
+        to ``images``."""
+        for block in blocks:
+            index = block.index_of(key)
+            lines = block.lines
+            while True:
+                while index < len(lines):
+                    line = lines[index]
+                    index += 1
+                    if line < key or line.startswith(CDX_HEADERS):
+                        continue  # (line < key: a block that is not sorted after all)
+                    if line >= end:
+                        return True
+                    try:
+                        record = CdxRecord.parse(line)
+                    except CdxFormatError as exc:
+                        where = f"ZipNum shard {run[0].part}: {exc}"
+                        raise SourceBadAnswer(self.name, where) from exc
+                    if images is not None and len(images) <= RANGE_RECORDS:
+                        images.append(record.snapshot())
+                    yield record
+                if block.done:
+                    break
+                block.more()
         yield None  # a checkpoint after every read
         return False
 
@@ -396,10 +405,10 @@ class ZipNumSource:
             )
         return paths
 
-    def _lines(self, run: Sequence[_Block]) -> tuple[str, object, list[list[bytes]]]:
-        """The lines of each block of a run of adjacent blocks of a local shard,
-        from the block cache or one ``pread`` of the whole run, with the path
-        and the version (identity) of the shard file they are from: its first
+    def _lines(self, run: Sequence[_Block]) -> tuple[str, object, list[Block]]:
+        """The blocks of a run of adjacent blocks of a local shard, from the
+        block cache or one ``pread`` of the whole run, with the path and the
+        version (identity) of the shard file they are from: its first
         readable location."""
         part = run[0].part
         cache = self._cache
@@ -419,7 +428,7 @@ class ZipNumSource:
             try:
                 kept = [cache.get(identity, block.offset) for block in run]
                 if None not in kept:
-                    return path, identity, cast("list[list[bytes]]", kept)
+                    return path, identity, cast("list[Block]", kept)
                 data = os.pread(handle.fd, length, offset)
             except OSError as exc:
                 failures.append(f"{path}: {exc.strerror or exc}")
@@ -430,40 +439,40 @@ class ZipNumSource:
                 failures.append(f"{path}: ends before byte {offset + length}")
                 continue
             self.stats.count_request(part, length)
-            blocks: list[list[bytes]] = []
+            blocks: list[Block] = []
             for block in run:
                 at = block.offset - offset
                 member = data[at : at + block.length]
-                lines = inflate_block(member, source=self.name, part=part, offset=block.offset)
-                blocks.append(lines)
-                cache.put(identity, block.offset, lines, text_size(lines))
+                read = Block(member, source=self.name, part=part, offset=block.offset)
+                blocks.append(read)
+                cache.put(identity, block.offset, read)
             return path, identity, blocks
         raise SourceUnavailable(
             self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
         )
 
-    async def _fetch_lines(self, run: Sequence[_Block]) -> list[list[bytes]]:
-        """The lines of each block of a run, from the block cache or one range
-        read of the blocks missing from it (local shards: :meth:`_lines`)."""
+    async def _fetch_lines(self, run: Sequence[_Block]) -> list[Block]:
+        """The blocks of a run, from the block cache or one range read of the
+        blocks missing from it (local shards: :meth:`_lines`)."""
         paths = self._paths(run[0].part)
         if not any(is_remote(p) for p in paths):
             return self._lines(run)[2]
-        blocks: list[list[bytes] | None] = [self._cache.get(paths[0], b.offset) for b in run]
-        missing = [i for i, lines in enumerate(blocks) if lines is None]
+        blocks: list[Block | None] = [self._cache.get(paths[0], b.offset) for b in run]
+        missing = [i for i, kept in enumerate(blocks) if kept is None]
         self.stats.cache_hits += len(run) - len(missing)
         self.stats.cache_misses += len(missing)
         if missing:
             first, last = run[missing[0]], run[missing[-1]]
             length = last.offset + last.length - first.offset
             data = await self._read_remote(first.part, paths, first.offset, length)
-            for i in range(missing[0], missing[-1] + 1):
+            for i in missing:
                 block = run[i]
                 member = data[block.offset - first.offset :][: block.length]
-                lines = blocks[i] = inflate_block(
+                read = blocks[i] = Block(
                     member, source=self.name, part=block.part, offset=block.offset
                 )
-                self._cache.put(paths[0], block.offset, lines, text_size(lines))
-        return [lines or [] for lines in blocks]
+                self._cache.put(paths[0], block.offset, read)
+        return cast("list[Block]", blocks)
 
     async def _read_remote(self, part: str, paths: list[str], offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset`` of ``part`` from its first readable location."""

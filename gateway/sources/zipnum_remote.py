@@ -14,9 +14,9 @@ A location (a path of the ``.loc`` file, :mod:`gateway.sources.zipnum`) may be
 - ``s3+http(s)://HOST:PORT/BUCKET/KEY``: the same, at that endpoint
   (the ``resource:`` shorthand of :mod:`gateway.loaders.s3_resolver`).
 
-Adjacent blocks of one shard are read with one request. The inflated lines
-of each block are kept in a :class:`BlockCache`, an LRU bounded by the
-bytes of the lines it holds (``cache_bytes`` of the source); its hits and
+Adjacent blocks of one shard are read with one request. Each block read
+is kept, as far as it was inflated, in a :class:`BlockCache`, an LRU
+bounded by the bytes its blocks hold (``cache_bytes`` of the source); its hits and
 misses and the range requests by shard are counted in :class:`ShardStats`
 for ``/metrics``.
 """
@@ -35,6 +35,8 @@ from gateway.storage.s3_config import S3StorageConfig
 
 if TYPE_CHECKING:
     import aiohttp
+
+    from gateway.sources.zipnum_blocks import Block
 
 __all__ = ["BlockCache", "ShardStats", "is_remote", "parse_s3_location", "read_range"]
 
@@ -92,35 +94,51 @@ class ShardStats:
 
 
 class BlockCache:
-    """An LRU of inflated blocks, ``(location, offset) -> lines``, bounded by
-    ``max_bytes`` of line text (a block larger than the bound is not kept).
-    ``location`` is a remote shard's location, or a local shard file's identity
-    (device, inode, mtime, size), so a file replaced by rename is read anew."""
+    """An LRU of ZipNum blocks, ``(location, offset) ->``
+    :class:`~gateway.sources.zipnum_blocks.Block`, bounded by ``max_bytes`` of
+    what the blocks hold (:attr:`Block.size <gateway.sources.zipnum_blocks.Block.size>`:
+    their text so far, and the rest of a block being inflated). A block
+    larger than the bound is not kept; a block that grows past it as it is
+    inflated pushes the oldest out, itself last. ``location`` is a remote
+    shard's location, or a local shard file's identity (device, inode,
+    mtime, size), so a file replaced by rename is read anew."""
 
     __slots__ = ("_blocks", "held_bytes", "max_bytes")
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.held_bytes = 0
-        self._blocks: OrderedDict[tuple[Hashable, int], tuple[list[bytes], int]] = OrderedDict()
+        self._blocks: OrderedDict[tuple[Hashable, int], Block] = OrderedDict()
 
-    def get(self, location: Hashable, offset: int) -> list[bytes] | None:
-        entry = self._blocks.get((location, offset))
-        if entry is None:
+    def get(self, location: Hashable, offset: int) -> Block | None:
+        block = self._blocks.get((location, offset))
+        if block is None:
             return None
         self._blocks.move_to_end((location, offset))
-        return entry[0]
+        return block
 
-    def put(self, location: Hashable, offset: int, lines: list[bytes], size: int) -> None:
-        if size > self.max_bytes or (location, offset) in self._blocks:
+    def put(self, location: Hashable, offset: int, block: Block) -> None:
+        if block.size > self.max_bytes or (location, offset) in self._blocks:
             return
-        self._blocks[(location, offset)] = (lines, size)
-        self.held_bytes += size
-        while self.held_bytes > self.max_bytes:
-            _, (_, dropped) = self._blocks.popitem(last=False)
-            self.held_bytes -= dropped
+        self._blocks[(location, offset)] = block
+        block.cache = self
+        self.held_bytes += block.size
+        self._evict()
+
+    def grew(self, block: Block, added: int) -> None:
+        """``block`` (held here) now holds ``added`` bytes more (or fewer)."""
+        self.held_bytes += added
+        self._evict()
+
+    def _evict(self) -> None:
+        while self.held_bytes > self.max_bytes and self._blocks:
+            _, dropped = self._blocks.popitem(last=False)
+            dropped.cache = None
+            self.held_bytes -= dropped.size
 
     def clear(self) -> None:
+        for block in self._blocks.values():
+            block.cache = None
         self._blocks.clear()
         self.held_bytes = 0
 

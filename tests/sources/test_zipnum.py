@@ -25,6 +25,7 @@ from gateway.errors import ConfigError, SourceBadAnswer, SourceUnavailable
 from gateway.server.app import build_collections
 from gateway.sources.base import IndexSource
 from gateway.sources.zipnum import ZipNumSource, ZipNumSourceConfig
+from gateway.sources.zipnum_blocks import Block
 from gateway.sources.zipnum_remote import BlockCache
 from tests.conftest import free_port
 from tests.sources.conftest import collect
@@ -299,15 +300,66 @@ async def test_a_remote_shard_that_cannot_be_read_is_a_failure_never_empty(
     await zipnum.aclose()
 
 
-def test_block_cache_keeps_at_most_its_bytes() -> None:
-    cache = BlockCache(100)
-    cache.put("s", 0, [b"a" * 60], 60)
-    cache.put("s", 1, [b"b" * 30], 30)
-    assert cache.get("s", 0) is not None  # 0 is now the most recently used
-    cache.put("s", 2, [b"c" * 30], 30)
-    assert (cache.get("s", 1), cache.held_bytes) == (None, 90)
-    cache.put("s", 3, [b"d" * 101], 101)  # larger than the cache: not kept
-    assert cache.get("s", 3) is None
+def _block(text: bytes) -> Block:
+    return Block(gzip.compress(text, mtime=0), source="zip", part="p", offset=0)
+
+
+def test_block_cache_keeps_at_most_its_bytes_and_follows_a_growing_block() -> None:
+    a, b, c = (_block(letter * 60 + b"\n") for letter in (b"a", b"b", b"c"))
+    for block in (a, b, c):
+        while not block.done:
+            block.more()
+    assert (a.size, a.lines) == (61, [b"a" * 60])  # its text, line ends included
+    cache = BlockCache(150)
+    cache.put("s", 0, a)
+    cache.put("s", 1, b)
+    assert cache.get("s", 0) is a  # 0 is now the most recently used
+    cache.put("s", 2, c)
+    assert (cache.get("s", 1), cache.held_bytes) == (None, 122)
+    assert b.cache is None  # dropped: it no longer reports its growth
+    # A block being inflated holds its compressed rest and zlib's state until it is whole.
+    text = b"".join(b"com,example)/%06d 2020 {}\n" % n for n in range(20_000))
+    growing = _block(text)
+    assert growing.size > 48 * 1024
+    big = BlockCache(10 * 1024 * 1024)
+    big.put("s", 0, growing)
+    sizes = [big.held_bytes]
+    while not growing.done:
+        growing.more()
+        sizes.append(big.held_bytes)
+    assert big.held_bytes == growing.size == len(text)
+    assert len(sizes) > 3  # inflated piece by piece, the cache told each time
+    assert growing.lines == text.splitlines()
+    small = BlockCache(len(text) // 2)  # grows past the bound: it goes, the cache stays within
+    partial = _block(text)
+    small.put("s", 0, partial)
+    while not partial.done:
+        partial.more()
+    assert (small.get("s", 0), small.held_bytes, partial.cache) == (None, 0, None)
+
+
+def test_a_block_is_inflated_only_as_far_as_a_lookup_needs() -> None:
+    lines = [b"com,example)/%06d 2020 {}" % n for n in range(20_000)]  # ~560 KB of text
+    text = b"\r\n".join(lines) + b"\r\n"
+    block = _block(text)
+    assert block.index_of(b"com,example)/000010") == 10
+    assert not block.done
+    assert len(block.lines) < 5_000  # one or two 64 KiB pieces of text, not all of it
+    assert block.index_of(b"com,example)/015000") == 15_000  # a later lookup goes on
+    assert block.index_of(b"com,example)/999999") == 20_000
+    assert block.done
+    assert block.lines == lines  # CRLF cut as the whole text's splitlines() cuts it
+    long_line = b"a" * 200_000  # longer than a piece: kept whole across pieces
+    whole = _block(b"0\n" + long_line + b"\nz\n")
+    assert whole.index_of(b"b") == 2
+    assert whole.lines == [b"0", long_line, b"z"]
+
+
+def test_a_block_cut_short_is_a_bad_answer() -> None:
+    member = gzip.compress(b"com,example)/ 2020 {}\n" * 10_000, mtime=0)
+    cut = Block(member[: len(member) // 2], source="zip", part="p", offset=7)
+    with pytest.raises(SourceBadAnswer, match="block at offset 7 ends before its gzip member"):
+        cut.index_of(b"~")
 
 
 async def test_a_short_answer_is_remembered_while_summary_locations_and_shard_are_unchanged(
