@@ -99,10 +99,9 @@ def _storage_target(storage: str, config_path: str, cluster: str) -> S3Target:
     config = spec.config
     if not isinstance(config, S3StorageConfig):
         raise ValueError(f"--storage {storage!r} is a {spec.type} storage; expected an s3 one")
-    prefix = f"{config.prefix}zipnum/{cluster}/"
-    where = f"s3+{config.endpoint}/" if config.endpoint else "s3://"
-    base = f"{where}{config.bucket}/{prefix}"
-    return S3Target(config.bucket, prefix, config.endpoint, base, config.region)
+    within = f"zipnum/{cluster}/"  # under the storage's own prefix
+    base = f"storage:{storage}/{within}"  # read through the store's storage (its settings)
+    return S3Target(config.bucket, config.prefix + within, config.endpoint, base, config.region)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -385,7 +385,7 @@ def _current_lines(
                 where = locations.get(part)
                 if where is None:
                     raise InputError(f"{loc_path}: part {part!r} of the summary has no location")
-                path = opened[part] = _local_copy(where, base, workdir)
+                path = opened[part] = _local_copy(where, base, workdir, s3)
             yield from _block_lines(path, offset, length)
 
 
@@ -400,21 +400,34 @@ def _block_lines(path: Path, offset: int, length: int) -> Iterator[bytes]:
     return (line for line in text.split(b"\n") if line)
 
 
-def _local_copy(where: str, base: Path, workdir: Path) -> Path:
-    if "://" not in where:
+def _local_copy(where: str, base: Path, workdir: Path, s3: S3Target | None) -> Path:
+    from gateway.sources.zipnum_remote import is_remote
+
+    if not is_remote(where):
         return base / where
     target = workdir / f".fetched-{len(list(workdir.glob('.fetched-*')))}"
-    asyncio.run(_fetch(where, target))
+    asyncio.run(_fetch(where, target, s3))
     return target
 
 
-async def _fetch(where: str, target: Path) -> None:
+async def _fetch(where: str, target: Path, s3: S3Target | None) -> None:
+    """Copy the shard at ``where`` to ``target``: an object under the target's
+    own location (``--s3`` or ``--storage``, as the build wrote it), or any
+    other ``s3://`` / ``s3+http(s)://`` location."""
     from gateway.sources.zipnum_remote import parse_s3_location
+    from gateway.storage.s3_config import S3StorageConfig
 
-    parsed = parse_s3_location(where)
-    if parsed is None:
-        raise InputError(f"{where}: only local and S3 shards can be compacted")
-    config, key = parsed
+    if s3 is not None and where.startswith(s3.location_base):
+        config = S3StorageConfig(bucket=s3.bucket, endpoint=s3.endpoint, region=s3.region)
+        key = s3.prefix + where[len(s3.location_base) :]
+    else:
+        parsed = parse_s3_location(where) if not where.startswith("storage:") else None
+        if parsed is None:
+            raise InputError(
+                f"{where}: only local and S3 shards can be compacted "
+                "(a storage: shard with --storage naming its storage)"
+            )
+        config, key = parsed
     from gateway.storage.s3 import S3Storage
 
     storage = await S3Storage.open("zipnum", config)

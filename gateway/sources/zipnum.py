@@ -22,15 +22,20 @@ to the key range. The summary, the location file and the shards are reopened
 when they change, checked with one ``os.stat`` each at most every
 ``stat_interval_s`` (as CDXJ files, :mod:`gateway.sources.cdxj_file`).
 
-The lines of the last blocks inflated are kept in one LRU of ``cache_bytes``
-of line text (:class:`~gateway.sources.zipnum_remote.BlockCache`), keyed by
-the local shard file's identity (device, inode, mtime, size) or the remote
-location, and the block's offset: a lookup of a block read before costs a
-dictionary lookup and a bisection instead of a read and the inflation of its
-few thousand lines (a 3,000-line block is about 1 MB of text).
+A block is inflated as far as a lookup needs its lines
+(:class:`~gateway.sources.zipnum_blocks.Block`), and the last blocks read
+are kept, as far as they were inflated, in one LRU of ``cache_bytes``
+(:class:`~gateway.sources.zipnum_remote.BlockCache`), keyed by the local
+shard file's identity (device, inode, mtime, size) or the remote location,
+and the block's offset: a lookup of a block read before costs a dictionary
+lookup and a bisection instead of a read and the inflation of its few
+thousand lines (a 3,000-line block is about 1 MB of text). Short answers
+are remembered per version of the summary
+(:class:`~gateway.sources.range_memo.RangeMemo`).
 
 A location may also be an ``http(s)://`` URL or an object on S3
-(``s3://BUCKET/KEY``, ``s3+http(s)://HOST:PORT/BUCKET/KEY``): those blocks
+(``s3://BUCKET/KEY``, ``s3+http(s)://HOST:PORT/BUCKET/KEY``, or
+``storage:NAME/KEY`` on a storage of the store): those blocks
 are read with one range request per run of adjacent blocks
 (:mod:`gateway.sources.zipnum_remote`).
 A cluster whose location file names only local files is read without an
@@ -83,7 +88,7 @@ _PREFIX: Final = "zipnum+"
 class ZipNumSourceConfig:
     """A ZipNum summary ``path``; ``loc`` the location file (default: the
     summary's name with ``.loc``); ``max_blocks`` adjacent blocks read at once;
-    ``cache_bytes`` the inflated blocks kept (LRU, bytes of line text, default 64 MiB);
+    ``cache_bytes`` the blocks kept (LRU, bytes of text held, default 64 MiB);
     ``stat_interval_s`` how often (seconds) a lookup checks with ``os.stat``
     whether the summary, the location file or a shard changed (0: every lookup).
     Both paths are made absolute when the config is loaded (:mod:`gateway.paths`)."""
@@ -386,7 +391,7 @@ class ZipNumSource:
             if not line.strip():
                 continue
             part, *paths = line.rstrip().split("\t")
-            locations[part] = [p if "://" in p else os.path.join(base, p) for p in paths if p]
+            locations[part] = [p if is_remote(p) else os.path.join(base, p) for p in paths if p]
         self._locations = locations
         self._loc_identity = identity
         self._loc_checked_until = time.monotonic() + self.stat_interval_s

@@ -12,7 +12,11 @@ A location (a path of the ``.loc`` file, :mod:`gateway.sources.zipnum`) may be
   ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` when set (AWS otherwise),
   credentials come from the environment (botocore's chain);
 - ``s3+http(s)://HOST:PORT/BUCKET/KEY``: the same, at that endpoint
-  (the ``resource:`` shorthand of :mod:`gateway.loaders.s3_resolver`).
+  (the ``resource:`` shorthand of :mod:`gateway.loaders.s3_resolver`);
+- ``storage:NAME/KEY``: the object ``KEY`` of the store's storage ``NAME``
+  (``store.storages``: its endpoint, bucket, prefix and region; credentials
+  from the environment as for the store), what ``gateway zipnum build
+  --storage NAME`` writes (:mod:`gateway.loaders.storage_object`).
 
 Adjacent blocks of one shard are read with one request. Each block read
 is kept, as far as it was inflated, in a :class:`BlockCache`, an LRU
@@ -42,11 +46,13 @@ __all__ = ["BlockCache", "ShardStats", "is_remote", "parse_s3_location", "read_r
 
 _S3_FORMS: Final = ("s3://", "s3+http://", "s3+https://")
 _HTTP_FORMS: Final = ("http://", "https://")
+#: An object of a storage of the store (:mod:`gateway.loaders.storage_object`).
+_STORAGE_FORM: Final = "storage:"
 
 
 def is_remote(location: str) -> bool:
-    """True for an ``http(s)://``, ``s3://`` or ``s3+http(s)://`` location."""
-    return location.startswith(_HTTP_FORMS + _S3_FORMS)
+    """True for an ``http(s)://``, ``s3://``, ``s3+http(s)://`` or ``storage:`` location."""
+    return location.startswith((*_HTTP_FORMS, *_S3_FORMS, _STORAGE_FORM))
 
 
 def parse_s3_location(location: str) -> tuple[S3StorageConfig, str] | None:
@@ -154,6 +160,8 @@ async def read_range(
     """
     from gateway.storage.errors import StorageError
 
+    if location.startswith(_STORAGE_FORM):
+        return await _storage_range(clients, source, location, offset, length)
     try:
         s3 = parse_s3_location(location)
     except ValueError as exc:
@@ -167,6 +175,35 @@ async def read_range(
             raise SourceUnavailable(source, f"ZipNum shard {location}: {exc}") from exc
         return b"".join(chunks)
     return await _http_range(clients, source, location, offset, length)
+
+
+async def _storage_range(
+    clients: SharedClients, source: str, location: str, offset: int, length: int
+) -> bytes:
+    """``length`` bytes at ``offset`` of ``storage:NAME/KEY``, read through the
+    store's storage ``NAME`` (its endpoint, bucket, prefix and region)."""
+    from gateway.errors import LoadError
+    from gateway.loaders.storage_object import StorageObject
+    from gateway.storage.errors import StorageError
+
+    pieces = []
+    try:
+        reader = await StorageObject(location, clients).open_range(offset, length)
+        try:
+            while piece := await reader.read(1 << 20):
+                pieces.append(piece)
+        finally:
+            reader.close()
+    except (ValueError, LoadError) as exc:
+        raise SourceUnavailable(source, f"ZipNum shard {exc}") from exc
+    except StorageError as exc:
+        raise SourceUnavailable(source, f"ZipNum shard {location}: {exc}") from exc
+    data = b"".join(pieces)
+    if len(data) != length:
+        raise SourceUnavailable(
+            source, f"ZipNum shard {location}: {len(data)} bytes at {offset}, expected {length}"
+        )
+    return data
 
 
 async def _http_range(

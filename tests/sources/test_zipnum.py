@@ -387,3 +387,17 @@ async def test_a_short_answer_is_remembered_while_summary_locations_and_shard_ar
     loc.write_text(loc.read_text().replace("cluster-00.cdx.gz", "copy.cdx.gz"))
     assert await reads() == 3  # the location file changed: read where it now points
     await zipnum.aclose()
+
+
+async def test_a_storage_location_without_the_store_is_a_failure_naming_it(
+    tmp_path: Path, clients: SharedClients
+) -> None:
+    summary = write_zipnum([line("http://example.com/")], tmp_path)
+    (tmp_path / "cluster.loc").write_text("cluster-00\tstorage:backup/zipnum/c/cluster-00.cdx.gz\n")
+    zipnum = source(summary, clients)
+    with pytest.raises(SourceUnavailable, match="no location could be read") as raised:
+        await collect(zipnum, CaptureQuery.for_url("http://example.com/"))
+    assert "storage:backup/zipnum/c/cluster-00.cdx.gz: no snapshot store is open" in str(
+        raised.value
+    )
+    await zipnum.aclose()
