@@ -116,12 +116,19 @@ async def test_a_replaced_cluster_is_read_anew(tmp_path: Path) -> None:
     await zipnum.aclose()
 
 
+def forty_urls(folder: Path) -> ZipNumSource:
+    """A cluster of ``http://example.com/000`` to ``039`` in blocks of 7 lines,
+    10 blocks a shard, read with ``stat_interval_s: 0``."""
+    lines = [line(f"http://example.com/{n:03d}") for n in range(40)]
+    zipnum = source(write_zipnum(sorted(lines), folder, blocks_per_shard=10), stat_interval_s=0)
+    assert isinstance(zipnum, ZipNumSource)
+    return zipnum
+
+
 async def test_a_block_read_before_is_not_read_again_while_its_shard_is_unchanged(
     tmp_path: Path,
 ) -> None:
-    lines = [line(f"http://example.com/{n:03d}") for n in range(40)]
-    summary = write_zipnum(sorted(lines), tmp_path, blocks_per_shard=10)
-    zipnum = source(summary, stat_interval_s=0)
+    zipnum = forty_urls(tmp_path)
     query = CaptureQuery.for_url("http://example.com/017")
     assert [r.url for r in await collect(zipnum, query)] == ["http://example.com/017"]
     # The same bytes count, mtime and inode, other bytes: the kept lines answer.
@@ -365,10 +372,7 @@ def test_a_block_cut_short_is_a_bad_answer() -> None:
 async def test_a_short_answer_is_remembered_while_summary_locations_and_shard_are_unchanged(
     tmp_path: Path,
 ) -> None:
-    lines = [line(f"http://example.com/{n:03d}") for n in range(40)]
-    summary = write_zipnum(sorted(lines), tmp_path, blocks_per_shard=10)
-    zipnum = source(summary, stat_interval_s=0)
-    assert isinstance(zipnum, ZipNumSource)
+    zipnum = forty_urls(tmp_path)
     query = CaptureQuery.for_url("http://example.com/017")
 
     async def reads() -> int:
