@@ -216,54 +216,56 @@ async def lookups(summary: Path, urls: Sequence[tuple[str, str, str]]) -> dict[s
 def instructions(
     work: Path, summary: Path, urls: Sequence[tuple[str, str, str]], requests: int
 ) -> dict[str, dict[str, float]]:
-    """k instructions per request of the gateway and pywb serving the local cluster:
-    ``requests`` first lookups per row (distinct URLs, none of them asked by
-    the warm-up, which asks other kept URLs), so that neither the gateway's
-    memo of answers nor a block kept by an earlier lookup of the same URL
-    answers them."""
+    """k instructions per request of the gateway and pywb serving the local
+    cluster: ``requests`` first lookups of distinct URLs per row, each row
+    on a server of its own (nothing remembered or kept from another row),
+    after a warm-up of 200 lookups of the same kind of URLs of a made-up
+    top-level domain (``zz``, after every key of the index: they run the
+    same code and touch only the last block)."""
     from bench.bench_instructions import _STARTUP_S, _instructions_per_request
 
-    def rows(sample: Sequence[tuple[str, str, str]]) -> list[Row]:
-        return [
-            Row("exact", tuple(f"/web/index?url={quote(u)}" for u, _, _ in sample)),
-            Row(
-                "prefix",
-                tuple(f"/web/index?url={quote(h)}/&matchType=prefix" for _, _, h in sample),
-            ),
-            Row(
-                "closest",
-                tuple(f"/web/index?url={quote(u)}&closest={w}&limit=1" for u, w, _ in sample),
-            ),
-        ]
+    sample = urls[:requests]
+    warm = [(f"http://warm{n}.zz/{n}", "20200101000000", f"warm{n}.zz") for n in range(200)]
 
-    if len(urls) < requests + 200:
-        raise ValueError(f"{len(urls)} kept URLs: need {requests} to measure and 200 to warm up")
-    workload = rows(urls[:requests])
-    warmups = rows(urls[-200:])
+    def row(kind: str, picked: Sequence[tuple[str, str, str]]) -> Row:
+        if kind == "prefix":
+            return Row(
+                kind, tuple(f"/web/index?url={quote(h)}/&matchType=prefix" for *_, h in picked)
+            )
+        if kind == "closest":
+            return Row(
+                kind, tuple(f"/web/index?url={quote(u)}&closest={w}&limit=1" for u, w, _ in picked)
+            )
+        return Row(kind, tuple(f"/web/index?url={quote(u)}" for u, _, _ in picked))
+
     found: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-zipnum-", dir=work) as tmp:
         out_dir = Path(tmp)
         for name in ("gateway", "pywb"):
-            prefix = [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={out_dir}/{name}.%p.out",
-            ]
-            if name == "gateway":
-                yaml = f"collections:\n  web:\n    index: {summary}\n"
-                server = start_gateway(yaml, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S)
-            else:
-                config: dict[str, object] = {"collections": {"web": {"index": str(summary)}}}
-                server = start_pywb(config, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S)
-            try:
-                found[name] = {
-                    row.name: _instructions_per_request(
-                        server, row, out_dir, requests, 4, warmup=warm.paths
+            found[name] = {}
+            for kind in ("exact", "prefix", "closest"):
+                prefix = [
+                    "valgrind",
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={out_dir}/{name}.%p.out",
+                ]
+                if name == "gateway":
+                    yaml = f"collections:\n  web:\n    index: {summary}\n"
+                    server = start_gateway(
+                        yaml, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S
                     )
-                    for row, warm in zip(workload, warmups, strict=True)
-                }
-            finally:
-                server.stop()
+                else:
+                    config: dict[str, object] = {"collections": {"web": {"index": str(summary)}}}
+                    server = start_pywb(
+                        config, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S
+                    )
+                try:
+                    warmup = row(kind, warm).paths
+                    found[name][kind] = _instructions_per_request(
+                        server, row(kind, sample), out_dir, requests, 4, warmup=warmup
+                    )
+                finally:
+                    server.stop()
             print(f"# {name}: {found[name]}", flush=True)
     return found
 
@@ -288,8 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not cdxj.exists():
         generate(args.lines, cdxj)
     rows = [line.split("\t") for line in cdxj.with_suffix(".urls").read_text().splitlines()]
-    kept = [(u, w, h) for u, w, h in rows]
-    urls = kept[:_LOOKUPS]
+    urls = [(u, w, h) for u, w, h in rows][:_LOOKUPS]
     local = args.work / "cluster"
     summary = local / "cluster.idx"
     if not (args.reuse and summary.exists()):
@@ -317,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for kind, text in asyncio.run(lookups(on_s3 / "cluster.idx", urls)).items():
                 print(f"| S3 {kind} | {text} |", flush=True)
     if args.callgrind:
-        for server, per_row in instructions(args.work, summary, kept, args.requests).items():
+        for server, per_row in instructions(args.work, summary, urls, args.requests).items():
             for row, k in per_row.items():
                 print(f"| {server} {row} | {k:,.1f}k instructions per request |")
     return 0
