@@ -296,7 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.reuse and summary.exists()):
         wall, peak = build(cdxj, local)
         print(f"| build | {wall:,.0f} s wall, peak RSS {peak:,.0f} MB |", flush=True)
-    size = sum(p.stat().st_size for p in local.rglob("*.cdx.gz"))
+    named = [line.split("\t")[1] for line in (local / "cluster.loc").read_text().splitlines()]
+    size = sum((local / where).stat().st_size for where in named)  # this generation's
     print(f"| cluster | {size / 1e9:.2f} GB of shards, summary {summary.stat().st_size:,} bytes |")
     for kind, text in asyncio.run(lookups(summary, urls)).items():
         print(f"| local {kind} | {text} |", flush=True)
