@@ -141,7 +141,12 @@ def _version_of(argv: Sequence[str]) -> str:
 
 
 def code_version() -> str:
-    """``git`` HEAD of the repository, and how many files under gateway/ differ from it."""
+    """``git`` HEAD of the repository, and how many files under gateway/ differ from it;
+    for a tree that is not a checkout (a ``git archive`` of a commit, how a run
+    keeps measuring one version while work goes on), ``GATEWAY_BENCH_CODE``
+    names it, else ``not a git checkout``."""
+    if not (REPO_ROOT / ".git").exists():
+        return os.environ.get("GATEWAY_BENCH_CODE", "not a git checkout")
     head = _version_of(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"])
     try:
         status = subprocess.run(
