@@ -158,3 +158,18 @@ def test_a_snapshot_is_untouched_by_what_is_done_to_the_record(line: str) -> Non
     record.fields = {"url": "replaced"}
     assert CdxRecord.from_snapshot(image).to_cdxj() == expected[0]
     assert (again.url, record.url) == (CdxRecord.parse(line).url, "replaced")
+
+
+def test_copy_and_snapshot_know_every_slot() -> None:
+    # CdxRecord.copy() and .snapshot() list the slots they carry over: a new
+    # slot must be added to both (an undecoded record's tags live in slots).
+    assert set(CdxRecord.__slots__) == {
+        "_access",
+        "_coll",
+        "_fields",
+        "_plain",
+        "_raw",
+        "_source",
+        "timestamp",
+        "urlkey",
+    }

@@ -65,11 +65,15 @@ class RangeMemo:
         images: Sequence[Image],
         versions: tuple[object, ...] = (),
     ) -> None:
-        """Keep the answer to ``[key, end)`` of version ``identity`` (class docstring)."""
+        """Keep the answer to ``[key, end)`` of version ``identity`` (class docstring),
+        in place of one kept before (whose other versions were not current)."""
         answers = self._answers
         entry = (identity, key, end)
-        if len(images) > RANGE_RECORDS or entry in answers:
+        if len(images) > RANGE_RECORDS:
             return
+        replaced = answers.pop(entry, None)
+        if replaced is not None:
+            self.held -= len(replaced[0]) + 1
         answers[entry] = (tuple(images), versions)
         self.held += len(images) + 1
         while self.held > self.max_records:

@@ -844,6 +844,8 @@ def test_the_range_memo_keeps_at_most_its_records_and_short_answers_only() -> No
     assert memo.get("v2", b"k5", b"z") is None  # another version of the file
     memo.remember("v1", b"empty", b"z", [])
     assert memo.get("v1", b"empty", b"z") == ((), ())
+    memo.remember("v1", b"empty", b"z", [], ("loc v2",))  # read again: the newer answer
+    assert memo.get("v1", b"empty", b"z") == ((), ("loc v2",))
     assert memo.held <= 10
 
 
