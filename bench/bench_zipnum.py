@@ -3,7 +3,7 @@
 ::
 
     python -m bench.bench_zipnum --lines 1000000 --work /var/tmp/zipnum-1m
-    python -m bench.bench_zipnum --lines 10000000 --work /var/tmp/zipnum-10m --s3 --callgrind
+    python -m bench.bench_zipnum --lines 10000000 --work /var/tmp/zipnum-10m --s3 --http --callgrind
 
 For a cluster of ``--lines`` synthetic captures it
 
@@ -24,11 +24,14 @@ For a cluster of ``--lines`` synthetic captures it
    here (``gateway zipnum build --s3``; with ``--s3-upload``, the local
    cluster's shards are uploaded instead of building a second time, which
    serves the same blocks and saves the second build at 100M lines);
-4. with ``--callgrind``, serves the local cluster with ``gateway serve``
-   and pywb 2.10 under ``valgrind --tool=callgrind`` and counts
-   instructions per request for the three rows (as
-   :mod:`bench.bench_instructions` does: warm-up, zero, N requests, dump),
-   each measured request a first lookup of its URL (:func:`instructions`).
+4. with ``--http``, serves the local cluster with ``gateway serve`` and
+   pywb 2.10 (and, with ``--s3``, the cluster on SeaweedFS with ``gateway
+   serve``) and times a first lookup of each of the 1,000 URLs over HTTP,
+   one request at a time (:func:`latencies`);
+5. with ``--callgrind``, the same servers under ``valgrind
+   --tool=callgrind``: instructions per request of ``--requests`` first
+   lookups per kind (as :mod:`bench.bench_instructions` counts them:
+   warm-up, zero, N requests, dump; :func:`instructions`).
 
 Figures are printed as a Markdown table; docs/zipnum.md records them.
 """
@@ -41,15 +44,16 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from bench.harness import machine, print_machine, start_gateway, start_pywb
+from bench.harness import Server, machine, print_machine, start_gateway, start_pywb
 from bench.workloads import Row, quote
 
 _TLDS: Final = ("com",) * 8 + ("org", "net", "de", "uk", "fr", "jp", "br", "it", "nl", "au", "ru")
@@ -213,61 +217,141 @@ async def lookups(summary: Path, urls: Sequence[tuple[str, str, str]]) -> dict[s
     return results
 
 
+#: Starts one server on the cluster: ``(prefix, workdir, name) -> Server`` (``prefix``:
+#: valgrind's; ``name``: the server's, which names its files and callgrind's dumps).
+Starter = Callable[[Sequence[str], Path, str], Server]
+_KINDS: Final = ("exact", "prefix", "closest")
+_SERVERS: Final = ("gateway", "gateway on S3", "pywb")
+#: Warm-up lookups: URLs of a made-up top-level domain (``zz``, after every key of the
+#: index): the same code as a real lookup, and nothing of the index but its last block.
+_WARM: Final = tuple(
+    (f"http://warm{n}.zz/{n}", "20200101000000", f"warm{n}.zz") for n in range(200)
+)
+
+
+def gateway_on(summary: Path) -> Starter:
+    """``gateway serve`` with one collection ``web`` whose index is ``summary``
+    (the lookup deadline 120 s under valgrind)."""
+
+    def start(prefix: Sequence[str], workdir: Path, name: str) -> Server:
+        from bench.bench_instructions import _STARTUP_S
+
+        yaml = f"collections:\n  web:\n    index: {summary}\n"
+        if prefix:  # under valgrind a first S3 request takes longer than the 5 s default
+            yaml += "    timeout: 120\n"
+        return start_gateway(yaml, workdir, name, prefix=prefix, startup_timeout_s=_STARTUP_S)
+
+    return start
+
+
+def pywb_on(summary: Path) -> Starter:
+    """pywb 2.10 with one collection ``web`` whose index is ``summary``."""
+
+    def start(prefix: Sequence[str], workdir: Path, name: str) -> Server:
+        from bench.bench_instructions import _STARTUP_S
+
+        config: dict[str, object] = {"collections": {"web": {"index": str(summary)}}}
+        return start_pywb(config, workdir, name=name, prefix=prefix, startup_timeout_s=_STARTUP_S)
+
+    return start
+
+
+def _row(kind: str, picked: Sequence[tuple[str, str, str]]) -> Row:
+    """The Index API paths of a kind of lookup for ``picked`` (url, timestamp, host)."""
+    if kind == "prefix":
+        return Row(kind, tuple(f"/web/index?url={quote(h)}/&matchType=prefix" for *_, h in picked))
+    if kind == "closest":
+        return Row(
+            kind, tuple(f"/web/index?url={quote(u)}&closest={w}&limit=1" for u, w, _ in picked)
+        )
+    return Row(kind, tuple(f"/web/index?url={quote(u)}" for u, _, _ in picked))
+
+
 def instructions(
-    work: Path, summary: Path, urls: Sequence[tuple[str, str, str]], requests: int
+    work: Path, starters: dict[str, Starter], urls: Sequence[tuple[str, str, str]], requests: int
 ) -> dict[str, dict[str, float]]:
-    """k instructions per request of the gateway and pywb serving the local
-    cluster: ``requests`` first lookups of distinct URLs per row, each row
-    on a server of its own (nothing remembered or kept from another row),
-    after a warm-up of 200 lookups of the same kind of URLs of a made-up
-    top-level domain (``zz``, after every key of the index: they run the
-    same code and touch only the last block)."""
-    from bench.bench_instructions import _STARTUP_S, _instructions_per_request
-
-    sample = urls[:requests]
-    warm = [(f"http://warm{n}.zz/{n}", "20200101000000", f"warm{n}.zz") for n in range(200)]
-
-    def row(kind: str, picked: Sequence[tuple[str, str, str]]) -> Row:
-        if kind == "prefix":
-            return Row(
-                kind, tuple(f"/web/index?url={quote(h)}/&matchType=prefix" for *_, h in picked)
-            )
-        if kind == "closest":
-            return Row(
-                kind, tuple(f"/web/index?url={quote(u)}&closest={w}&limit=1" for u, w, _ in picked)
-            )
-        return Row(kind, tuple(f"/web/index?url={quote(u)}" for u, _, _ in picked))
+    """k instructions per request of each server: ``requests`` first lookups of
+    distinct URLs per kind, each kind on a server of its own (nothing
+    remembered or kept from another kind) after 200 warm-up lookups
+    (:data:`_WARM`)."""
+    from bench.bench_instructions import _instructions_per_request
 
     found: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-zipnum-", dir=work) as tmp:
         out_dir = Path(tmp)
-        for name in ("gateway", "pywb"):
+        for name, start in starters.items():
             found[name] = {}
-            for kind in ("exact", "prefix", "closest"):
+            slug = name.replace(" ", "-")
+            for kind in _KINDS:
                 prefix = [
                     "valgrind",
                     "--tool=callgrind",
-                    f"--callgrind-out-file={out_dir}/{name}.%p.out",
+                    f"--callgrind-out-file={out_dir}/{slug}.%p.out",
                 ]
-                if name == "gateway":
-                    yaml = f"collections:\n  web:\n    index: {summary}\n"
-                    server = start_gateway(
-                        yaml, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S
-                    )
-                else:
-                    config: dict[str, object] = {"collections": {"web": {"index": str(summary)}}}
-                    server = start_pywb(
-                        config, out_dir, prefix=prefix, startup_timeout_s=_STARTUP_S
-                    )
+                server = start(prefix, out_dir, slug)
                 try:
-                    warmup = row(kind, warm).paths
+                    warmup = _row(kind, _WARM).paths
                     found[name][kind] = _instructions_per_request(
-                        server, row(kind, sample), out_dir, requests, 4, warmup=warmup
+                        server, _row(kind, urls[:requests]), out_dir, requests, 4, warmup=warmup
                     )
                 finally:
                     server.stop()
             print(f"# {name}: {found[name]}", flush=True)
     return found
+
+
+def latencies(
+    work: Path, starters: dict[str, Starter], urls: Sequence[tuple[str, str, str]]
+) -> dict[str, dict[str, str]]:
+    """p50 / p99 of each server's answers over HTTP: one request at a time on one
+    keep-alive connection, a first lookup of each URL of ``urls`` per kind, each
+    kind on a server of its own after 200 warm-up lookups (:data:`_WARM`)."""
+    import http.client
+
+    from bench.harness import HOST
+
+    found: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-zipnum-", dir=work) as tmp:
+        for name, start in starters.items():
+            found[name] = {}
+            for kind in _KINDS:
+                server = start((), Path(tmp), name.replace(" ", "-"))
+                conn = http.client.HTTPConnection(HOST, server.port, timeout=60)
+                try:
+                    for path in _row(kind, _WARM).paths:
+                        conn.request("GET", path)
+                        conn.getresponse().read()
+                    times = []
+                    for path in _row(kind, urls).paths:
+                        started = time.perf_counter()
+                        conn.request("GET", path)
+                        response = conn.getresponse()
+                        response.read()
+                        times.append(time.perf_counter() - started)
+                        if response.status != 200:
+                            raise RuntimeError(f"{name}: GET {path}: {response.status}")
+                finally:
+                    conn.close()
+                    server.stop()
+                times.sort()
+                p50, p99 = times[len(times) // 2], times[int(len(times) * 0.99)]
+                found[name][kind] = f"{p50 * 1000:.2f} / {p99 * 1000:.2f} ms"
+            print(f"# {name}: {found[name]}", flush=True)
+    return found
+
+
+def _report(
+    starters: dict[str, Starter], args: argparse.Namespace, urls: Sequence[tuple[str, str, str]]
+) -> None:
+    """The HTTP latencies and callgrind counts ``args`` asks for, as table rows."""
+    if args.http:
+        for server, per_kind in latencies(args.work, starters, urls).items():
+            for kind, text in per_kind.items():
+                print(f"| {server} over HTTP, {kind} | {text} |", flush=True)
+    if args.callgrind:
+        for server, counts in instructions(args.work, starters, urls, args.requests).items():
+            for kind, k in counts.items():
+                print(f"| {server} {kind} | {k:,.1f}k instructions per request |", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -280,6 +364,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--reuse", action="store_true", help="serve the cluster already in --work, no rebuild"
+    )
+    parser.add_argument("--http", action="store_true", help="p50/p99 over HTTP, pywb too")
+    parser.add_argument(
+        "--servers",
+        nargs="+",
+        choices=_SERVERS,
+        default=list(_SERVERS),
+        help="the servers --http and --callgrind measure (default: all)",
     )
     parser.add_argument("--callgrind", action="store_true", help="instructions per request")
     parser.add_argument("--requests", type=int, default=300, help="callgrind requests per row")
@@ -304,6 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.s3:
         from tests.storage.seaweedfs import SeaweedFS
 
+        shutil.rmtree(args.work / "seaweedfs", ignore_errors=True)  # a run before this one's
         with SeaweedFS(args.work / "seaweedfs") as s3:
             os.environ.update(s3.environ())
             asyncio.run(s3.create_bucket("zipnum-bench"))
@@ -318,10 +411,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"| build to S3 | {wall:,.0f} s wall, peak RSS {peak:,.0f} MB |")
             for kind, text in asyncio.run(lookups(on_s3 / "cluster.idx", urls)).items():
                 print(f"| S3 {kind} | {text} |", flush=True)
-    if args.callgrind:
-        for server, per_row in instructions(args.work, summary, urls, args.requests).items():
-            for row, k in per_row.items():
-                print(f"| {server} {row} | {k:,.1f}k instructions per request |")
+            if "gateway on S3" in args.servers:
+                _report({"gateway on S3": gateway_on(on_s3 / "cluster.idx")}, args, urls)
+    local_servers = {"gateway": gateway_on(summary), "pywb": pywb_on(summary)}
+    chosen = {name: start for name, start in local_servers.items() if name in args.servers}
+    _report(chosen, args, urls)
     return 0
 
 
