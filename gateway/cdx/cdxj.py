@@ -391,9 +391,9 @@ class CdxRecord:
         touch, for :meth:`from_snapshot`: the urlkey, timestamp and block of an
         undecoded, untagged record (a tuple: nothing is copied), else a copy.
 
-        Memos of what a lookup found keep images (``Handle.remember`` in
-        :mod:`gateway.sources.cdxj_scan`), because consumers tag, gate and
-        decode the records they are given.
+        Memos of what a lookup found keep images
+        (:class:`~gateway.sources.range_memo.RangeMemo`), because consumers
+        tag, gate and decode the records they are given.
         """
         if (
             self._fields is None

@@ -84,17 +84,7 @@ class Handle:
     search, so those reads are made once per version of the file.
     """
 
-    __slots__ = (
-        "fd",
-        "gzip",
-        "identity",
-        "path",
-        "probes",
-        "retired",
-        "size",
-        "users",
-        "warned",
-    )
+    __slots__ = ("fd", "gzip", "identity", "path", "probes", "retired", "size", "users", "warned")
 
     def __init__(self, path: str, fd: int, identity: tuple[int, int, int, int], gz: bool) -> None:
         self.path = path
