@@ -40,6 +40,11 @@ template, e.g. ``/{coll}/index``):
 ``access_decisions_total``                  counter {collection, access}: captures decided
                                             ``allow``, ``block`` or ``exclude`` by the rules,
                                             ``default_access`` and the embargo
+``index_memo_hits_total``                   counter {collection, step, source}: lookups of a
+                                            local CDXJ file or ZipNum cluster answered from the
+                                            source's memo of short answers (a directory source
+                                            counts each of its files)
+``index_memo_misses_total``                 counter {collection, step, source}: those read
 ``zipnum_block_cache_hits_total``           counter {collection, step, source}: blocks of remote
                                             ZipNum shards found inflated in the source's LRU
 ``zipnum_block_cache_misses_total``         counter {collection, step, source}: blocks read
@@ -322,6 +327,7 @@ class _GatewayCollector:
                     loader_open.add_metric(labels, 1 if breaker.is_open() else 0)
         yield from (lookups, breaker_open, failures, served, served_bytes, loads, loader_open)
         yield from _access_families(self._app[COLLECTIONS])
+        yield from _memo_families(self._app[COLLECTIONS])
         yield from _zipnum_families(self._app[COLLECTIONS])
 
         store = self._app[CLIENTS].store
@@ -341,6 +347,34 @@ class _GatewayCollector:
                 "WARC bytes the store's writer made durable.",
                 value=written.bytes_written,
             )
+
+
+def _memo_families(collections: dict[str, Collection]) -> Iterator[Metric]:
+    """The memo of short answers of every source that has one (module docstring)."""
+    from prometheus_client.core import CounterMetricFamily
+
+    from gateway.sources.range_memo import RangeMemo
+
+    labels = ["collection", "step", "source"]
+    hits = CounterMetricFamily(
+        "gateway_index_memo_hits",
+        "Lookups of a local index answered from the source's memo of short answers.",
+        labels=labels,
+    )
+    misses = CounterMetricFamily(
+        "gateway_index_memo_misses",
+        "Lookups of a local index that read it (not in the source's memo).",
+        labels=labels,
+    )
+    for name, collection in collections.items():
+        for step in collection.steps:
+            for member in step.index.members:
+                memo = getattr(member, "memo", None)
+                if isinstance(memo, RangeMemo):
+                    own = [name, step.name, member.name]
+                    hits.add_metric(own, memo.hits)
+                    misses.add_metric(own, memo.misses)
+    yield from (hits, misses)
 
 
 def _zipnum_families(collections: dict[str, Collection]) -> Iterator[Metric]:

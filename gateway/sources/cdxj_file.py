@@ -161,7 +161,8 @@ class CdxjFileSource:
         self.name = name
         self.path = os.path.abspath(path)
         self._file = IndexFile(self.path, source=name, stat_interval_s=stat_interval_s)
-        self._memo = RangeMemo()
+        #: Short answers by version (:class:`RangeMemo`; its counters go to ``/metrics``).
+        self.memo = RangeMemo()
 
     @classmethod
     def from_config(cls, config: SourceConfig, *, name: str, clients: SharedClients) -> IndexSource:
@@ -208,7 +209,7 @@ class CdxjFileSource:
         except OSError as exc:
             raise unavailable(self.name, self.path, exc) from exc
         try:
-            yield from scan_file(handle, key, end, source=self.name, label=None, memo=self._memo)
+            yield from scan_file(handle, key, end, source=self.name, label=None, memo=self.memo)
         finally:
             handle.release()
 
@@ -250,7 +251,8 @@ class CdxjDirectorySource:
         self.path = os.path.abspath(path)
         self.stat_interval_s = stat_interval_s
         self._members: dict[str, IndexFile] = {}
-        self._memo = RangeMemo()  # one for every file: versions of files differ by inode
+        #: One memo for every file (versions of files differ by inode); ``/metrics``.
+        self.memo = RangeMemo()
         self._member_list: list[tuple[str, IndexFile]] = []
         self._listing: tuple[int, int, int] | None = None
         self._listed_until = 0.0
@@ -285,7 +287,7 @@ class CdxjDirectorySource:
                     raise unavailable(self.name, member.path, exc) from exc
                 handles.append(handle)
                 scan = scan_file(
-                    handle, key, end, source=self.name, label=file_name, memo=self._memo
+                    handle, key, end, source=self.name, label=file_name, memo=self.memo
                 )
                 scans.append(scan)
             yield from merge_scans(scans)

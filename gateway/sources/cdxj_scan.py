@@ -445,7 +445,13 @@ def scan_file(
     a short one read to its end without a checkpoint is remembered there.
     """
     identity = handle.identity
-    kept = memo.get(identity, key, end) if memo is not None else None
+    kept = None
+    if memo is not None:
+        kept = memo.get(identity, key, end)
+        if kept is None:
+            memo.misses += 1
+        else:
+            memo.hits += 1
     if kept is not None:
         for image in kept[0]:
             record = CdxRecord.from_snapshot(image)

@@ -42,11 +42,15 @@ class RangeMemo:
     (bench/README.md, run H).
     """
 
-    __slots__ = ("_answers", "held", "max_records")
+    __slots__ = ("_answers", "held", "hits", "max_records", "misses")
 
     def __init__(self, max_records: int = RANGE_MEMO_RECORDS) -> None:
         self.max_records = max_records
         self.held = 0
+        #: Lookups answered from the memo, and those read (``/metrics``), counted
+        #: by the source that uses it.
+        self.hits = 0
+        self.misses = 0
         self._answers: OrderedDict[
             tuple[object, bytes, bytes], tuple[tuple[Image, ...], tuple[object, ...]]
         ] = OrderedDict()

@@ -168,7 +168,8 @@ class ZipNumSource:
         #: Reads by shard and block cache hits (``/metrics``).
         self.stats = ShardStats()
         self._cache = BlockCache(config.cache_bytes)
-        self._memo = RangeMemo()
+        #: Short answers by version (:class:`RangeMemo`; its counters go to ``/metrics``).
+        self.memo = RangeMemo()
         self.stat_interval_s = config.stat_interval_s
         self._summary = IndexFile(self.path, source=name, stat_interval_s=self.stat_interval_s)
         self._shards: dict[str, IndexFile] = {}
@@ -210,11 +211,14 @@ class ZipNumSource:
         except OSError as exc:
             raise unavailable(self.name, self.path, exc) from exc
         try:
-            kept = self._memo.get(handle.identity, key, end)
+            memo = self.memo
+            kept = memo.get(handle.identity, key, end)
             if kept is not None and self._still_current(kept[1]):
+                memo.hits += 1
                 for image in kept[0]:
                     yield CdxRecord.from_snapshot(image)
                 return
+            memo.misses += 1
             images: list[Image] | None = []
             shards: list[tuple[str, object]] = []
             for run in self._runs(handle, key, end):
@@ -233,7 +237,7 @@ class ZipNumSource:
                     images = None
             if images is not None and len(images) <= RANGE_RECORDS:
                 versions = (self._loc_identity, tuple(shards))
-                self._memo.remember(handle.identity, key, end, images, versions)
+                memo.remember(handle.identity, key, end, images, versions)
         finally:
             handle.release()
 

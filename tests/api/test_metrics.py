@@ -132,6 +132,23 @@ collections:
     assert value(families, "gateway_source_consecutive_failures", **gone) == 3
 
 
+async def test_the_memo_of_short_answers_counts_its_hits_and_misses(
+    make_client: MakeClient, sample_dir: Path
+) -> None:
+    client = await make_client(f"""
+collections:
+  iana:
+    index: {sample_dir}/cdxj/iana.cdxj
+""")
+    for url in ("http://www.iana.org/", "http://www.iana.org/", "http://www.iana.org/about"):
+        resp = await client.get("/iana/index", params={"url": url})
+        assert resp.status == 200
+    families = await scrape(client)
+    source = {"collection": "iana", "step": "iana", "source": "iana"}
+    assert value(families, "gateway_index_memo_hits_total", **source) == 1
+    assert value(families, "gateway_index_memo_misses_total", **source) == 2
+
+
 @pytest.fixture
 async def slow_cdx(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> str:
     """The URL of a CDX server on 127.0.0.1 that takes 10 s to answer."""
