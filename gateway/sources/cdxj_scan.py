@@ -147,6 +147,19 @@ class IndexFile:
         handle.users += 1
         return handle
 
+    def current_identity(self) -> tuple[int, int, int, int]:
+        """The identity of the file's version :meth:`acquire` would give now
+        (read with ``os.stat`` only when ``stat_interval_s`` has passed).
+
+        Raises what :meth:`acquire` raises.
+        """
+        handle = self._handle
+        if handle is not None and self.stat_interval_s and time.monotonic() < self._checked_until:
+            return handle.identity
+        handle = self.acquire()
+        handle.release()
+        return handle.identity
+
     def _current(self) -> Handle:
         """The handle of the file as ``os.stat`` finds it now (opened anew if it changed)."""
         st = os.stat(self.path)

@@ -220,7 +220,7 @@ class ZipNumSource:
                 return
             memo.misses += 1
             images: list[Image] | None = []
-            shards: list[tuple[str, object]] = []
+            shards: list[tuple[IndexFile, object]] = []
             for run in self._runs(handle, key, end):
                 if self._remote:
                     raise SourceUnavailable(
@@ -228,9 +228,9 @@ class ZipNumSource:
                         f"ZipNum location file {self.loc_path} changed to remote shards "
                         "during this lookup; the next lookup reads them",
                     )
-                path, identity, lines = self._lines(run)
-                if images is not None and (path, identity) not in shards:
-                    shards.append((path, identity))
+                shard, identity, lines = self._lines(run)
+                if images is not None and (shard, identity) not in shards:
+                    shards.append((shard, identity))
                 if (yield from self._records(run, lines, key, end, images)):
                     break
                 if images is not None and len(images) > RANGE_RECORDS:
@@ -250,14 +250,12 @@ class ZipNumSource:
         if self._remote or self._loc_identity != loc_identity:
             return False
         assert isinstance(shards, tuple)
-        for path, identity in shards:
+        for shard, identity in shards:
             try:
-                shard = self._shard(path).acquire()
+                if shard.current_identity() != identity:
+                    return False
             except OSError:
                 return False  # read again: that lookup reports what is wrong
-            shard.release()
-            if shard.identity != identity:
-                return False
         return True
 
     async def _scan_remote(self, key: bytes, end: bytes) -> AsyncGenerator[CdxRecord, None]:
@@ -414,11 +412,10 @@ class ZipNumSource:
             )
         return paths
 
-    def _lines(self, run: Sequence[_Block]) -> tuple[str, object, list[Block]]:
+    def _lines(self, run: Sequence[_Block]) -> tuple[IndexFile, object, list[Block]]:
         """The blocks of a run of adjacent blocks of a local shard, from the
-        block cache or one ``pread`` of the whole run, with the path and the
-        version (identity) of the shard file they are from: its first
-        readable location."""
+        block cache or one ``pread`` of the whole run, with the shard file
+        they are from (its first readable location) and its version (identity)."""
         part = run[0].part
         cache = self._cache
         failures = []
@@ -426,8 +423,9 @@ class ZipNumSource:
             if is_remote(path):
                 failures.append(f"{path}: a remote location, read by the next lookup")
                 continue
+            shard = self._shard(path)
             try:
-                handle = self._shard(path).acquire()
+                handle = shard.acquire()
             except OSError as exc:
                 failures.append(f"{path}: {exc.strerror or exc}")
                 continue
@@ -437,7 +435,7 @@ class ZipNumSource:
             try:
                 kept = [cache.get(identity, block.offset) for block in run]
                 if None not in kept:
-                    return path, identity, cast("list[Block]", kept)
+                    return shard, identity, cast("list[Block]", kept)
                 data = os.pread(handle.fd, length, offset)
             except OSError as exc:
                 failures.append(f"{path}: {exc.strerror or exc}")
@@ -455,7 +453,7 @@ class ZipNumSource:
                 read = Block(member, source=self.name, part=part, offset=block.offset)
                 blocks.append(read)
                 cache.put(identity, block.offset, read)
-            return path, identity, blocks
+            return shard, identity, blocks
         raise SourceUnavailable(
             self.name, f"ZipNum part {part!r}: no location could be read ({'; '.join(failures)})"
         )
