@@ -193,8 +193,12 @@ class ZipNumSource:
     def lookup(self, query: CaptureQuery) -> AsyncIterator[CdxRecord]:
         """Records in ``[query.key, query.end_key)`` in (urlkey, timestamp) order:
         a :class:`~gateway.cdx.cdxops.LocalScan` (no await per record) while the
-        location file names local shards only, else an async generator."""
+        location file names local shards only, else an async generator (the
+        first lookup reads the location file to know which)."""
         key, end = encode_key(query.key), encode_key(query.end_key)
+        if self._remote is None:
+            with contextlib.suppress(SourceUnavailable):  # the lookup tries again, and reports it
+                self._load_locations()
         if self._remote is False:
             return LocalScan(self._scan(key, end))
         return self._scan_remote(key, end)

@@ -132,13 +132,14 @@ collections:
     assert value(families, "gateway_source_consecutive_failures", **gone) == 3
 
 
+@pytest.mark.parametrize("index", ["cdxj/iana.cdxj", "zipcdx/zipnum-sample.idx"])
 async def test_the_memo_of_short_answers_counts_its_hits_and_misses(
-    make_client: MakeClient, sample_dir: Path
+    make_client: MakeClient, sample_dir: Path, index: str
 ) -> None:
     client = await make_client(f"""
 collections:
   iana:
-    index: {sample_dir}/cdxj/iana.cdxj
+    index: {sample_dir}/{index}
 """)
     for url in ("http://www.iana.org/", "http://www.iana.org/", "http://www.iana.org/about"):
         resp = await client.get("/iana/index", params={"url": url})
