@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gateway.commands.args import count_arg
 from gateway.progress import add_progress_argument
 from gateway.server.logs import add_logging_arguments
 
@@ -430,17 +431,6 @@ def _rate_arg(text: str) -> float:
     return _number_arg(text, "bytes per second", zero_allowed=True)
 
 
-def _count_arg(text: str) -> int:
-    """A count option's value: a whole number, at least 1."""
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"{count}: expected at least 1")
-    return count
-
-
 def _workers_arg(text: str) -> int:
     from gateway.server.workers import parse_workers
 
@@ -492,7 +482,7 @@ def _add_connection_arguments(serve: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-connections",
         dest="max_connections",
-        type=_count_arg,
+        type=count_arg,
         default=1024,
         metavar="N",
         help="client connections open at once; at the cap the one idle longest is closed, "

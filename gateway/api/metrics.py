@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from gateway.index.collection import Collection
+    from gateway.sources.base import IndexSource
 
 __all__ = [
     "LATENCY_BUCKETS_S",
@@ -366,15 +367,20 @@ def _memo_families(collections: dict[str, Collection]) -> Iterator[Metric]:
         "Lookups of a local index that read it (not in the source's memo).",
         labels=labels,
     )
+    for own, member in _members(collections):
+        memo = getattr(member, "memo", None)
+        if isinstance(memo, RangeMemo):
+            hits.add_metric(own, memo.hits)
+            misses.add_metric(own, memo.misses)
+    yield from (hits, misses)
+
+
+def _members(collections: dict[str, Collection]) -> Iterator[tuple[list[str], IndexSource]]:
+    """Every index source of every step: ``([collection, step, source], source)``."""
     for name, collection in collections.items():
         for step in collection.steps:
             for member in step.index.members:
-                memo = getattr(member, "memo", None)
-                if isinstance(memo, RangeMemo):
-                    own = [name, step.name, member.name]
-                    hits.add_metric(own, memo.hits)
-                    misses.add_metric(own, memo.misses)
-    yield from (hits, misses)
+                yield [name, step.name, member.name], member
 
 
 def _zipnum_families(collections: dict[str, Collection]) -> Iterator[Metric]:
@@ -409,18 +415,16 @@ def _zipnum_families(collections: dict[str, Collection]) -> Iterator[Metric]:
         "Bytes read from a ZipNum shard, by shard.",
         labels=[*labels, "shard"],
     )
-    for name, collection in collections.items():
-        for step in collection.steps:
-            for member in step.index.members:
-                if not isinstance(member, ZipNumSource):
-                    continue
-                stats, own = member.stats, [name, step.name, member.name]
-                hits.add_metric(own, stats.cache_hits)
-                misses.add_metric(own, stats.cache_misses)
-                asked = stats.cache_hits + stats.cache_misses
-                ratio.add_metric(own, stats.cache_hits / asked if asked else 0.0)
-                for shard, count in sorted(stats.requests.copy().items()):
-                    requests.add_metric([*own, shard], count)
-                for shard, size in sorted(stats.bytes_read.copy().items()):
-                    read_bytes.add_metric([*own, shard], size)
+    for own, member in _members(collections):
+        if not isinstance(member, ZipNumSource):
+            continue
+        stats = member.stats
+        hits.add_metric(own, stats.cache_hits)
+        misses.add_metric(own, stats.cache_misses)
+        asked = stats.cache_hits + stats.cache_misses
+        ratio.add_metric(own, stats.cache_hits / asked if asked else 0.0)
+        for shard, count in sorted(stats.requests.copy().items()):
+            requests.add_metric([*own, shard], count)
+        for shard, size in sorted(stats.bytes_read.copy().items()):
+            read_bytes.add_metric([*own, shard], size)
     yield from (hits, misses, ratio, requests, read_bytes)

@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
+from gateway.commands.args import count_arg
 from gateway.errors import ConfigError
 from gateway.progress import add_progress_argument
 from gateway.store.errors import StoreError, StoreLocked
@@ -364,16 +365,6 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return cmd_migrate(args, _settings(args))
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return value
-
-
 def _guarded(command: str, func: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -518,7 +509,7 @@ def _register_migrate(leaves: _Leaves, settings_loader: SettingsLoader | None) -
     )
     migrate.add_argument(
         "--batch-size",
-        type=_positive,
+        type=count_arg,
         default=100,
         metavar="N",
         help="files read from the index at a time (default 100)",

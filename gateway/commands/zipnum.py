@@ -31,6 +31,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Final
 
+from gateway.commands.args import count_arg
 from gateway.progress import add_progress_argument
 
 if TYPE_CHECKING:
@@ -56,16 +57,6 @@ def _size_arg(text: str) -> int:
         ) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a size of at least 1 byte")
-    return value
-
-
-def _count_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
     return value
 
 
@@ -151,7 +142,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="cluster", help="NAME.idx and NAME.loc (default cluster)")
     parser.add_argument(
         "--lines-per-block",
-        type=_count_arg,
+        type=count_arg,
         default=3000,
         metavar="N",
         help="lines per gzip block (default 3000, the IA's)",
