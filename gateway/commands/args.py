@@ -16,7 +16,7 @@ def count_arg(text: str) -> int:
     try:
         count = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+        count = 0
     if count < 1:
-        raise argparse.ArgumentTypeError(f"{count}: expected at least 1")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
     return count
